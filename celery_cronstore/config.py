@@ -1,0 +1,78 @@
+"""Every ``cronstore_*`` setting, read once from a Celery app into one typed object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Config"]
+
+_DEFAULT_URL = "sqlite:///celerybeat-cronstore.sqlite"
+
+
+@dataclass(frozen=True)
+class Config:
+    """celery-cronstore's settings (each is ``app.conf.cronstore_<name>``)."""
+
+    #: SQLAlchemy URL of the store. Default: a SQLite file in the working directory.
+    url: str = _DEFAULT_URL
+    #: Extra keyword arguments for ``sqlalchemy.create_engine``.
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    #: Longest beat sleeps between two looks at the database (seconds): edits made by raw
+    #: SQL, disables and removals are seen within this time.
+    poll_interval: float = 5.0
+    #: How long a claim may stay unpublished before another beat re-publishes it (seconds).
+    lease: float = 30.0
+    #: Most due rows claimed in one transaction.
+    batch_size: int = 500
+    #: Create the schema at beat start when the store is SQLite (the embedded default).
+    auto_migrate_sqlite: bool = True
+    #: Sync ``beat_schedule`` entries into the store at beat start (removing stale ones).
+    sync_beat_schedule: bool = True
+    #: CronTask: slack (seconds) allowed before ``last_run + interval`` (early-drop rule).
+    tolerance: float = 5.0
+    #: Task names (or prefixes ending in ``.`` or ``*``) beat may send; empty: any.
+    task_allowlist: tuple[str, ...] = ()
+    #: Lateness (seconds) under which a fire counts as on time for the ``skip`` policy.
+    misfire_grace: float = 30.0
+
+    @classmethod
+    def from_app(cls, app: Any) -> Config:
+        """Read the ``cronstore_*`` keys of ``app.conf``; raise ``ValueError`` naming a bad one."""
+        conf = app.conf
+        values: dict[str, Any] = {}
+        for name, default in cls.__dataclass_fields__.items():
+            key = f"cronstore_{name}"
+            value = conf.get(key)
+            if value is None:
+                continue
+            want = type(getattr(cls(), name)) if default.default_factory is not None else None
+            values[name] = _coerce(key, value, want or type(default.default))
+        return cls(**values)
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether the store is a SQLite database."""
+        return self.url.startswith("sqlite")
+
+
+def _coerce(key: str, value: Any, want: type) -> Any:
+    if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value <= 0 and key != "cronstore_tolerance":
+            raise ValueError(f"{key} must be positive, got {value!r}")
+        return float(value)
+    if want is int and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if want is bool and isinstance(value, bool):
+        return value
+    if want is str and isinstance(value, str) and value:
+        return value
+    if want is dict and isinstance(value, dict):
+        return dict(value)
+    if (
+        want is tuple
+        and isinstance(value, (list, tuple))
+        and all(isinstance(v, str) for v in value)
+    ):
+        return tuple(value)
+    raise ValueError(f"{key} must be a {want.__name__}, got {value!r}")

@@ -1,0 +1,287 @@
+"""``celery_cronstore.Scheduler``: the beat scheduler, thin glue over the store.
+
+Run it with ``celery -A app beat -S celery_cronstore.Scheduler`` (or ``-S cronstore``).
+Instead of Celery's heap of every entry, each tick asks the database one indexed question
+(what is the earliest planned fire?) and claims only what is due; see ``store.claims``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+from celery import beat
+from sqlalchemy.exc import SQLAlchemyError
+
+from celery_cronstore.beat_schedule import timer_from_entry
+from celery_cronstore.config import Config
+from celery_cronstore.errors import CronstoreError, DuplicateTaskError, SchemaVersionError
+from celery_cronstore.store import Claim, Claimer, Store
+from celery_cronstore.store.engine import redact
+
+__all__ = ["Scheduler"]
+
+logger = logging.getLogger("celery.beat")
+
+#: Seconds between heartbeats (``cronstore health``) and between looks for expired leases.
+HEARTBEAT_EVERY = 5.0
+#: Longest back-off while the database or broker is unreachable (seconds).
+MAX_BACKOFF = 30.0
+
+
+class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
+    """A Celery beat scheduler that keeps periodic tasks in SQL (see the package docs)."""
+
+    def __init__(self, app: Any, *args: Any, lazy: bool = False, **kwargs: Any) -> None:
+        self.config = Config.from_app(app)
+        self.node = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.store: Store | None = None
+        self.claimer: Claimer | None = None
+        self._pending: list[Claim] = []
+        self._failures = 0
+        self._next_housekeeping = 0.0
+        self._started_at: datetime | None = None
+        self._closed = False
+        self._reported_errors: set[tuple[str, str]] = set()
+        # Celery builds the scheduler once with lazy=True for the banner: no I/O then.
+        super().__init__(app, *args, lazy=lazy, **kwargs)
+
+    # -- Celery hooks ---------------------------------------------------------------------
+
+    def setup_schedule(self) -> None:
+        """Open the store, check its schema and sync ``beat_schedule`` (retried if down)."""
+        try:
+            self._ready()
+        except SQLAlchemyError as exc:
+            logger.error("beat: store %s unreachable at start (%s); retrying", self._url, exc)
+
+    @property  # type: ignore[misc]
+    def schedule(self) -> dict[str, Any]:
+        """Return an empty mapping: entries live in the database, not in beat's memory."""
+        return {}
+
+    @property
+    def info(self) -> str:
+        """Return the banner line naming the store (password removed)."""
+        return f"    . store -> {self._url}"
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """Claim and publish what is due; return the seconds to sleep until the next look."""
+        if self._closed:
+            return self.config.poll_interval
+        try:
+            claimer = self._ready()
+            sleep = self._tick(claimer)
+        except SchemaVersionError:
+            raise
+        except (SQLAlchemyError, OSError) as exc:
+            return self._backoff("database", exc)
+        self._failures = 0
+        return min(sleep, float(self.max_interval))
+
+    def sync(self) -> None:
+        """Nothing to do: every change is committed as it happens."""
+
+    def close(self) -> None:
+        """Release the broker connection and the database pool (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            super().close()
+        finally:
+            if self.store is not None:
+                self.store.close()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    @property
+    def _url(self) -> str:
+        return redact(self.config.url)
+
+    def _ready(self) -> Claimer:
+        if self.claimer is not None:
+            return self.claimer
+        store = self.store or Store(self.config.url, **self.config.engine_options)
+        self.store = store
+        if self.config.is_sqlite and self.config.auto_migrate_sqlite:
+            store.upgrade()
+        try:
+            store.check_schema()
+        except SchemaVersionError as exc:
+            logger.critical("beat: %s", exc)
+            raise SystemExit(f"celery-cronstore: {exc}") from None
+        if self.config.sync_beat_schedule:
+            self._sync_config(store)
+        self._started_at = store.now()
+        self.claimer = Claimer(
+            store,
+            self.node,
+            lease=self.config.lease,
+            batch_size=self.config.batch_size,
+            misfire_grace=self.config.misfire_grace,
+            allowlist=self.config.task_allowlist,
+        )
+        logger.info("beat: cronstore %s ready as %s", self._url, self.node)
+        return self.claimer
+
+    def _tick(self, claimer: Claimer) -> float:
+        if self._pending and not self._publish(claimer, self._pending):
+            return self._backoff("broker", None)
+        if time.monotonic() >= self._next_housekeeping:
+            # Stale claims are taken over at start and every few seconds after.
+            assert self._started_at is not None
+            claimer.heartbeat(self._started_at)
+            reclaimed = claimer.reclaim_expired()
+            if reclaimed:
+                logger.warning(
+                    "beat: re-publishing %d claim(s) whose lease ran out", len(reclaimed)
+                )
+                if not self._publish(claimer, reclaimed):
+                    return self._backoff("broker", None)
+            self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
+        now, earliest = claimer.peek()
+        if earliest is not None and earliest <= now:
+            result = claimer.claim_due()
+            self._report(result.errors)
+            if result.claims and not self._publish(claimer, result.claims):
+                return self._backoff("broker", None)
+            if result.rows:
+                return 0.0  # more may be due: look again at once
+        if earliest is None:
+            return self.config.poll_interval
+        return max(0.0, min(self.config.poll_interval, (earliest - now).total_seconds()))
+
+    def _publish(self, claimer: Claimer, claims: list[Claim]) -> bool:
+        """Publish claims in order; keep the unsent ones pending. Return whether all went."""
+        sent: list[Claim] = []
+        try:
+            producer = self.producer
+            for claim in claims:
+                self._send(claim, producer)
+                sent.append(claim)
+        except Exception as exc:  # broker errors come in many types; none may kill beat
+            self._pending = list(claims[len(sent) :])
+            logger.error("beat: publishing failed (%s); %d fire(s) wait", exc, len(self._pending))
+            self.__dict__.pop("producer", None)
+            self.__dict__.pop("connection", None)
+            if sent:
+                claimer.mark_published(sent)
+            return False
+        self._pending = []
+        claimer.mark_published(sent)
+        return True
+
+    def _send(self, claim: Claim, producer: Any) -> None:
+        options = dict(claim.options)
+        headers = dict(options.pop("headers", None) or {})
+        headers.update(
+            celery_beat_task=True,
+            cronstore_name=claim.name,
+            cronstore_fire_time=claim.fire_time.isoformat(),
+            cronstore_interval=claim.interval,
+        )
+        if claim.expires is not None:
+            options["expires"] = claim.expires
+        logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
+        task = self.app.tasks.get(claim.task)
+        call = task.apply_async if task is not None else self._send_by_name(claim.task)
+        call(
+            args=claim.args,
+            kwargs=claim.kwargs,
+            task_id=claim.task_id,
+            producer=producer,
+            headers=headers,
+            **options,
+        )
+
+    def _send_by_name(self, name: str) -> Any:
+        def send(**kwargs: Any) -> Any:
+            return self.app.send_task(name, **kwargs)
+
+        return send
+
+    def _report(self, errors: list[tuple[str, str]]) -> None:
+        for item in errors:
+            if item not in self._reported_errors:
+                self._reported_errors.add(item)
+                logger.error("beat: periodic task %r is in error and will not fire: %s", *item)
+
+    def _backoff(self, what: str, exc: BaseException | None) -> float:
+        self._failures += 1
+        delay = min(MAX_BACKOFF, 0.5 * 2 ** min(self._failures, 8))
+        if exc is not None:
+            # Never log the URL from the exception: drivers may include the password.
+            logger.error(
+                "beat: %s unavailable (%s: %s); nothing is published; retrying in %.1fs",
+                what,
+                type(exc).__name__,
+                _first_line(exc),
+                delay,
+            )
+        else:
+            logger.error("beat: %s unavailable; retrying in %.1fs", what, delay)
+        return delay
+
+    # -- beat_schedule --------------------------------------------------------------------
+
+    def _sync_config(self, store: Store) -> None:
+        """Mirror ``app.conf.beat_schedule`` into the store (source ``config``)."""
+        wanted = self.app.conf.beat_schedule or {}
+        zone = str(self.app.conf.timezone or "UTC")
+        for name, entry in wanted.items():
+            try:
+                self._sync_entry(store, name, dict(entry), zone)
+            except (CronstoreError, ValueError) as exc:
+                logger.error("beat: beat_schedule entry %r not stored: %s", name, exc)
+        for stale in store.list(source="config"):
+            if stale.name not in wanted:
+                logger.info("beat: removing %r: no longer in beat_schedule", stale.name)
+                store.remove(stale.name)
+
+    @staticmethod
+    def _sync_entry(store: Store, name: str, entry: dict[str, Any], zone: str) -> None:
+        timer = timer_from_entry(name, entry["schedule"], zone)
+        fields: dict[str, Any] = {
+            "task": entry["task"],
+            "args": list(entry.get("args") or ()),
+            "kwargs": dict(entry.get("kwargs") or {}),
+            "options": dict(entry.get("options") or {}),
+        }
+        try:
+            current = store.get(name)
+        except KeyError:
+            with contextlib.suppress(DuplicateTaskError):  # another replica added it first
+                store.add(
+                    name,
+                    timer=str(timer),
+                    kind=timer.kind,
+                    tz=timer.tz_name,
+                    source="config",
+                    **fields,
+                )
+            return
+        if current.source != "config":
+            logger.warning("beat: beat_schedule entry %r shadows a stored task; left alone", name)
+            return
+        same_timer = (current.timer, current.timer_kind, current.tz) == (
+            str(timer),
+            timer.kind,
+            timer.tz_name,
+        )
+        changed = {k: v for k, v in fields.items() if getattr(current, k) != v}
+        if not same_timer:
+            changed.update(timer=str(timer), kind=timer.kind, tz=timer.tz_name)
+        if changed:
+            store.update(name, **changed)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""

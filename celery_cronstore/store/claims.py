@@ -1,0 +1,444 @@
+"""Beat's side of the ledger: find due rows, claim each fire once, mark it published.
+
+One tick (see ``docs/design.md``):
+
+1. ``peek``: the database clock and the earliest ``next_run`` (one indexed look-up).
+2. ``claim_due``: in one short transaction, lock due rows (``FOR UPDATE SKIP LOCKED``
+   where the dialect has it; SQLite serializes writers with ``BEGIN IMMEDIATE``), apply
+   the misfire and overlap policies, insert ledger rows (unique per task and fire time)
+   and advance ``next_run`` to the first grid point after the database's now.
+3. The scheduler publishes each claim under its deterministic task id.
+4. ``mark_published``, fenced on claimer and attempt. Claims whose lease ran out without
+   being marked are re-claimed by ``reclaim_expired`` and published again, same id.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from celery_cronstore.errors import TimerError
+from celery_cronstore.store.records import Claim, PeriodicTask
+from celery_cronstore.store.rows import json_problems, to_task
+from celery_cronstore.store.schema import beat, fire, periodic_task
+from celery_cronstore.store.store import Store
+from celery_cronstore.store.types import EPOCH
+from celery_cronstore.timers import Timer, parse_timer
+
+__all__ = ["Claimer", "TickResult", "fire_task_id"]
+
+logger = logging.getLogger("celery.beat")
+
+_PT = periodic_task.c
+_F = fire.c
+#: Namespace of the deterministic Celery task ids (uuid5 of task identity + fire time).
+_NAMESPACE = uuid.UUID("6f6b3d1e-4a43-4c8e-9d53-2f7d8a1c0b5e")
+#: Most grid points walked to count a backlog of missed fires.
+_BACKLOG_CAP = 100_000
+#: In-flight ledger states that make the overlap policy ``skip`` hold back a fire.
+_RUNNING = ("claimed", "started")
+#: A run that started this long ago without finishing no longer blocks (worker died).
+_STALE_RUNNING = timedelta(hours=6)
+
+
+def fire_task_id(periodic_task_id: int, name: str, fire_time: datetime) -> str:
+    """Return the Celery task id of one fire: the same for every publish of it."""
+    return str(uuid.uuid5(_NAMESPACE, f"{periodic_task_id}/{name}/{fire_time.isoformat()}"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _timer(kind: str, expression: str, tz: str) -> Timer:
+    return parse_timer(expression, kind=kind, tz=tz)
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one ``claim_due`` call did."""
+
+    now: datetime
+    claims: list[Claim]
+    rows: int
+    recorded: int  # ledger rows written that will not be published (missed/expired/skipped)
+    errors: list[tuple[str, str]]  # (task name, reason) of rows put in error this call
+
+
+class Claimer:
+    """Claims due fires for one beat process (``node``) in a :class:`Store`."""
+
+    def __init__(
+        self,
+        store: Store,
+        node: str,
+        *,
+        lease: float = 30.0,
+        batch_size: int = 500,
+        misfire_grace: float = 30.0,
+        allowlist: tuple[str, ...] = (),
+    ) -> None:
+        self.store = store
+        self.node = node
+        self.lease = timedelta(seconds=lease)
+        self.batch_size = batch_size
+        self.misfire_grace = timedelta(seconds=misfire_grace)
+        self.allowlist = allowlist
+
+    # -- the idle path --------------------------------------------------------------------
+
+    def peek(self) -> tuple[datetime, datetime | None]:
+        """Return (database now, earliest planned fire of any enabled task or ``None``)."""
+        query = sa.select(sa.func.min(_PT.next_run)).where(_PT.enabled == sa.true())
+        with self.store.engine.connect() as conn:
+            now = self.store.now(conn)
+            earliest = conn.execute(query).scalar_one_or_none()
+        return now, earliest
+
+    # -- claiming -------------------------------------------------------------------------
+
+    def claim_due(self) -> TickResult:
+        """Claim one batch of due fires in one transaction; return what must be published."""
+        with self.store.begin() as conn:
+            now = self.store.now(conn)
+            query = (
+                sa.select(periodic_task)
+                .where(_PT.enabled == sa.true(), _PT.next_run <= now)
+                .order_by(_PT.next_run)
+                .limit(self.batch_size)
+            )
+            if self.store.dialect.skip_locked:
+                query = query.with_for_update(skip_locked=True)
+            elif self.store.dialect.name != "sqlite":
+                query = query.with_for_update()
+            rows = conn.execute(query).all()
+            plan = _Plan(now)
+            for row in rows:
+                self._plan_row(conn, row, plan)
+            self._write(conn, plan)
+        return TickResult(
+            now, plan.claims, len(rows), len(plan.ledger) - len(plan.claims), plan.errors
+        )
+
+    def _plan_row(self, conn: sa.Connection, row: sa.Row[Any], plan: _Plan) -> None:
+        task = to_task(row)
+        try:
+            problems = json_problems(row)
+            if problems:
+                raise ValueError("; ".join(problems))
+            timer = _timer(task.timer_kind, task.timer, task.tz)
+            if not self._allowed(task.task):
+                raise ValueError(f"task {task.task!r} is not in cronstore_task_allowlist")
+        except (TimerError, ValueError) as exc:
+            reason = str(exc)
+            plan.update(task, next_run=None, error=reason)
+            plan.errors.append((task.name, reason))
+            return
+        now = plan.now
+        if task.next_run is None or task.next_run == EPOCH:
+            # Added or re-timed by raw SQL: plan only, nothing was due yet.
+            plan.update(task, next_run=timer.next_after(now), error=None)
+            return
+        limit = max(task.misfire_limit, 1)
+        first, times, count = _backlog(timer, task.next_run, now, keep=limit + 1)
+        publish = _choose(task, times, now, self.misfire_grace, limit)
+        missed = count - len(publish)
+        if missed > 0:
+            last_missed = times[-len(publish) - 1]
+            plan.ledger.append(self._missed(task, first, last_missed, missed, count))
+        running = self._running(conn, task.id, now) if task.overlap_policy == "skip" else None
+        published = 0
+        for when in publish:
+            entry = self._entry(task, when, now)
+            if task.start_deadline is not None and now > when + timedelta(
+                seconds=task.start_deadline
+            ):
+                entry.update(
+                    state="expired",
+                    reason=(
+                        f"not published: {(now - when).total_seconds():.1f}s late, past the "
+                        f"starting deadline of {task.start_deadline:g}s"
+                    ),
+                )
+            elif running is not None:
+                entry.update(
+                    state="skipped",
+                    reason=(
+                        f"not published: fire {running[0].isoformat()} is still {running[1]} "
+                        "(overlap policy skip)"
+                    ),
+                )
+            else:
+                plan.claims.append(self._claim(task, when, entry, timer))
+                published += 1
+            plan.ledger.append(entry)
+        plan.update(
+            task,
+            next_run=timer.next_after(now),
+            error=None,
+            last_fire=times[-1],
+            runs=published,
+        )
+
+    def _allowed(self, name: str) -> bool:
+        if not self.allowlist:
+            return True
+        for allowed in self.allowlist:
+            prefix = allowed.rstrip("*")
+            if name == allowed or (
+                (allowed != prefix or allowed.endswith(".")) and (name.startswith(prefix))
+            ):
+                return True
+        return False
+
+    def _running(
+        self, conn: sa.Connection, task_id: int, now: datetime
+    ) -> tuple[datetime, str] | None:
+        since = now - _STALE_RUNNING
+        query = (
+            sa.select(_F.fire_time, _F.state)
+            .where(
+                _F.periodic_task_id == task_id,
+                _F.state.in_(_RUNNING),
+                sa.func.coalesce(_F.started_at, _F.claimed_at) > since,
+            )
+            .order_by(_F.fire_time.desc())
+            .limit(1)
+        )
+        row = conn.execute(query).first()
+        return None if row is None else (row.fire_time, row.state)
+
+    def _entry(self, task: PeriodicTask, when: datetime, now: datetime) -> dict[str, Any]:
+        return {
+            "periodic_task_id": task.id,
+            "fire_time": when,
+            "fire_until": None,
+            "fire_count": 1,
+            "task_id": fire_task_id(task.id, task.name, when),
+            "state": "claimed",
+            "claimed_by": self.node,
+            "lease_until": now + self.lease,
+            "attempts": 1,
+            "claimed_at": now,
+            "reason": None,
+        }
+
+    def _missed(
+        self, task: PeriodicTask, first: datetime, last: datetime, missed: int, count: int
+    ) -> dict[str, Any]:
+        capped = " at least" if count >= _BACKLOG_CAP else ""
+        return {
+            "periodic_task_id": task.id,
+            "fire_time": first,
+            "fire_until": last if last != first else None,
+            "fire_count": missed,
+            "task_id": fire_task_id(task.id, task.name, first),
+            "state": "missed",
+            "claimed_by": self.node,
+            "lease_until": None,
+            "attempts": 0,
+            "claimed_at": None,
+            "reason": (
+                f"{capped}{missed} fire(s) from {first.isoformat()} to {last.isoformat()} not "
+                f"published: beat was not running or fell behind (misfire policy "
+                f"{task.misfire_policy})"
+            ).strip(),
+        }
+
+    @staticmethod
+    def _claim(
+        task: PeriodicTask, when: datetime, entry: dict[str, Any], timer: Timer | None
+    ) -> Claim:
+        expires = None
+        if task.start_deadline is not None:
+            expires = when + timedelta(seconds=task.start_deadline)
+        interval = None
+        if timer is not None:
+            following = timer.next_after(when)
+            interval = None if following is None else (following - when).total_seconds()
+        return Claim(
+            fire_id=0,
+            periodic_task_id=task.id,
+            name=task.name,
+            task=task.task,
+            args=task.args,
+            kwargs=task.kwargs,
+            options=task.options,
+            fire_time=when,
+            task_id=entry["task_id"],
+            attempt=entry["attempts"],
+            expires=expires,
+            interval=interval,
+        )
+
+    def _write(self, conn: sa.Connection, plan: _Plan) -> None:
+        if plan.updates:
+            stmt = (
+                sa.update(periodic_task)
+                .where(_PT.id == sa.bindparam("b_id"), _PT.version == sa.bindparam("b_version"))
+                .values(
+                    next_run=sa.bindparam("b_next"),
+                    error=sa.bindparam("b_error"),
+                    last_fire=sa.func.coalesce(
+                        sa.bindparam("b_last", type_=_PT.last_fire.type), _PT.last_fire
+                    ),
+                    total_run_count=_PT.total_run_count + sa.bindparam("b_runs"),
+                    version=_PT.version + 1,
+                )
+            )
+            result = conn.execute(stmt, plan.updates)
+            if result.rowcount not in (-1, len(plan.updates)):
+                # Another writer changed a row we hold: give the whole batch back.
+                raise _Conflict("a due row changed while it was being claimed")
+        if plan.ledger:
+            conn.execute(sa.insert(fire), plan.ledger)
+
+    # -- after publishing -----------------------------------------------------------------
+
+    def mark_published(self, claims: list[Claim]) -> int:
+        """Mark claims as published, fenced on this node and each claim's attempt."""
+        if not claims:
+            return 0
+        by_attempt: dict[int, list[str]] = {}
+        for claim in claims:
+            by_attempt.setdefault(claim.attempt, []).append(claim.task_id)
+        marked = 0
+        with self.store.begin() as conn:
+            now = self.store.now(conn)
+            for attempt, ids in by_attempt.items():
+                for start in range(0, len(ids), 1000):
+                    result = conn.execute(
+                        sa.update(fire)
+                        .where(
+                            _F.task_id.in_(ids[start : start + 1000]),
+                            _F.state == "claimed",
+                            _F.claimed_by == self.node,
+                            _F.attempts == attempt,
+                        )
+                        .values(state="published", published_at=now, lease_until=None)
+                    )
+                    marked += result.rowcount
+        return marked
+
+    def reclaim_expired(self) -> list[Claim]:
+        """Take over claims whose lease ran out unpublished; return them to publish again."""
+        with self.store.begin() as conn:
+            now = self.store.now(conn)
+            query = (
+                sa.select(fire, periodic_task)
+                .join_from(fire, periodic_task, _F.periodic_task_id == _PT.id)
+                .where(_F.state == "claimed", _F.lease_until < now)
+                .order_by(_F.lease_until)
+                .limit(self.batch_size)
+            )
+            if self.store.dialect.skip_locked:
+                query = query.with_for_update(skip_locked=True, of=fire)
+            claims: list[Claim] = []
+            for row in conn.execute(query).all():
+                m = row._mapping
+                task = to_task(row)
+                entry = {"task_id": m[_F.task_id], "attempts": m[_F.attempts] + 1}
+                try:
+                    timer: Timer | None = _timer(task.timer_kind, task.timer, task.tz)
+                except (TimerError, ValueError):
+                    timer = None
+                claim = self._claim(task, m[_F.fire_time], entry, timer)
+                values: dict[str, Any] = {
+                    "attempts": claim.attempt,
+                    "claimed_by": self.node,
+                    "lease_until": now + self.lease,
+                }
+                if claim.expires is not None and now > claim.expires:
+                    values.update(
+                        state="expired",
+                        lease_until=None,
+                        reason="publish never completed before the starting deadline",
+                    )
+                result = conn.execute(
+                    sa.update(fire)
+                    .where(_F.id == m[_F.id], _F.attempts == m[_F.attempts], _F.state == "claimed")
+                    .values(**values)
+                )
+                if result.rowcount == 1 and "state" not in values:
+                    claims.append(claim)
+        return claims
+
+    def heartbeat(self, started_at: datetime) -> datetime:
+        """Record that this beat ticked (for ``cronstore health``); return the db time."""
+        with self.store.begin() as conn:
+            now = self.store.now(conn)
+            result = conn.execute(
+                sa.update(beat).where(beat.c.node == self.node).values(last_tick=now)
+            )
+            if result.rowcount == 0:
+                conn.execute(
+                    sa.insert(beat).values(node=self.node, started_at=started_at, last_tick=now)
+                )
+        return now
+
+
+class _Conflict(Exception):
+    """A claim transaction lost a race; it was rolled back and will be retried."""
+
+
+@dataclass
+class _Plan:
+    now: datetime
+
+    def __post_init__(self) -> None:
+        self.claims: list[Claim] = []
+        self.ledger: list[dict[str, Any]] = []
+        self.updates: list[dict[str, Any]] = []
+        self.errors: list[tuple[str, str]] = []
+
+    def update(
+        self,
+        task: PeriodicTask,
+        *,
+        next_run: datetime | None,
+        error: str | None,
+        last_fire: datetime | None = None,
+        runs: int = 0,
+    ) -> None:
+        self.updates.append(
+            {
+                "b_id": task.id,
+                "b_version": task.version,
+                "b_next": next_run,
+                "b_error": error,
+                "b_last": last_fire,
+                "b_runs": runs,
+            }
+        )
+
+
+def _backlog(
+    timer: Timer, first: datetime, now: datetime, *, keep: int
+) -> tuple[datetime, list[datetime], int]:
+    """Walk the grid from ``first`` to ``now``: (first, the last ``keep`` points, count)."""
+    tail: deque[datetime] = deque([first], maxlen=keep)
+    count, cursor = 1, first
+    while count < _BACKLOG_CAP:
+        nxt = timer.next_after(cursor)
+        if nxt is None or nxt > now:
+            break
+        tail.append(nxt)
+        count += 1
+        cursor = nxt
+    return first, list(tail), count
+
+
+def _choose(
+    task: PeriodicTask, times: list[datetime], now: datetime, grace: timedelta, limit: int
+) -> list[datetime]:
+    """Return the fire times to publish under the task's misfire policy."""
+    if task.misfire_policy == "run_all":
+        return times[-limit:]
+    latest = times[-1]
+    if task.misfire_policy == "skip" and now - latest > grace:
+        return []
+    return [latest]

@@ -1,0 +1,136 @@
+"""Immutable records the store returns. Nothing here saves itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "FIRE_STATES",
+    "MISFIRE_POLICIES",
+    "OVERLAP_POLICIES",
+    "Claim",
+    "Fire",
+    "PeriodicTask",
+    "Status",
+]
+
+MISFIRE_POLICIES = ("run_once", "run_all", "skip")
+OVERLAP_POLICIES = ("allow", "skip")
+
+#: Every state a fire can end in; the first three are "in flight".
+FIRE_STATES = (
+    "claimed",  # beat committed the claim; publishing
+    "published",  # sent to the broker
+    "started",  # a CronTask run began
+    "succeeded",
+    "failed",
+    "timed_out",  # a CronTask run hit its time box
+    "dropped",  # a CronTask run refused to start (early, duplicate, removed)
+    "skipped",  # not published: the previous fire still ran (overlap policy skip)
+    "missed",  # not published: beat was not running or fell behind (misfire policy)
+    "expired",  # not published: past its starting deadline
+)
+
+
+@dataclass(frozen=True)
+class PeriodicTask:
+    """One periodic task: its definition and its scheduling state."""
+
+    id: int
+    name: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+    timer_kind: str
+    timer: str
+    tz: str
+    enabled: bool
+    owner_type: str | None
+    owner_id: str | None
+    description: str
+    source: str
+    next_run: datetime | None
+    last_fire: datetime | None
+    last_run: datetime | None
+    total_run_count: int
+    misfire_policy: str
+    misfire_limit: int
+    start_deadline: float | None
+    overlap_policy: str
+    tolerance: float | None
+    max_retries: int
+    resume_state: Any
+    error: str | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def owner(self) -> tuple[str, str] | None:
+        """Return ``(owner_type, owner_id)`` or ``None``."""
+        if self.owner_type is None or self.owner_id is None:
+            return None
+        return (self.owner_type, self.owner_id)
+
+
+@dataclass(frozen=True)
+class Fire:
+    """One row of the fire ledger: what became of one fire time of one periodic task."""
+
+    id: int
+    periodic_task_id: int
+    name: str
+    fire_time: datetime
+    fire_until: datetime | None
+    fire_count: int
+    task_id: str
+    state: str
+    claimed_by: str | None
+    lease_until: datetime | None
+    attempts: int
+    claimed_at: datetime | None
+    published_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    node: str | None
+    reason: str | None
+    result: str | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A fire this beat claimed and must now publish (then mark published)."""
+
+    fire_id: int
+    periodic_task_id: int
+    name: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+    fire_time: datetime
+    task_id: str
+    attempt: int
+    expires: datetime | None = None
+    #: Seconds from this fire to the timer's next one (None: no next fire): the CronTask
+    #: time box is half of it.
+    interval: float | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    """The last known outcome of a periodic task (from its newest ledger row)."""
+
+    name: str
+    state: str | None
+    fire_time: datetime | None
+    at: datetime | None
+    node: str | None
+    reason: str | None
+    result: str | None
+    next_run: datetime | None
+    last_run: datetime | None
+    error: str | None

@@ -1,0 +1,99 @@
+"""Table definitions: the periodic-task definitions and the fire ledger.
+
+The Alembic migrations in ``store/migrations`` create exactly these tables; a test checks
+that the two agree.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from celery_cronstore.store.types import UTCDateTime
+
+__all__ = ["VERSION_TABLE", "beat", "fire", "metadata", "periodic_task"]
+
+#: Alembic version table of our own, so the host application's Alembic is untouched.
+VERSION_TABLE = "cronstore_alembic_version"
+
+metadata = sa.MetaData()
+
+_BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+periodic_task = sa.Table(
+    "cronstore_periodic_task",
+    metadata,
+    sa.Column("id", _BigId, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(200), nullable=False, unique=True),
+    sa.Column("task", sa.String(200), nullable=False),
+    sa.Column("args", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("kwargs", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("options", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("timer_kind", sa.String(16), nullable=False),
+    sa.Column("timer", sa.String(500), nullable=False),
+    sa.Column("tz", sa.String(64), nullable=False, server_default="UTC"),
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("owner_type", sa.String(100), nullable=True),
+    sa.Column("owner_id", sa.String(200), nullable=True),
+    sa.Column("description", sa.Text, nullable=False, server_default=""),
+    sa.Column("source", sa.String(16), nullable=False, server_default="api"),
+    # "1970-01-01" means "not planned yet" (see types.EPOCH); NULL means "no future fire".
+    sa.Column(
+        "next_run", UTCDateTime, nullable=True, server_default=sa.text("'1970-01-01 00:00:00'")
+    ),
+    sa.Column("last_fire", UTCDateTime, nullable=True),
+    sa.Column("last_run", UTCDateTime, nullable=True),
+    sa.Column("total_run_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("misfire_policy", sa.String(16), nullable=False, server_default="run_once"),
+    sa.Column("misfire_limit", sa.Integer, nullable=False, server_default="100"),
+    sa.Column("start_deadline", sa.Float, nullable=True),
+    sa.Column("overlap_policy", sa.String(16), nullable=False, server_default="allow"),
+    sa.Column("tolerance", sa.Float, nullable=True),
+    sa.Column("max_retries", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("resume_state", sa.Text, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("version", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Index("ix_cronstore_periodic_task_due", "enabled", "next_run"),
+    sa.Index("ix_cronstore_periodic_task_owner", "owner_type", "owner_id"),
+    sa.Index("ix_cronstore_periodic_task_task", "task"),
+)
+
+fire = sa.Table(
+    "cronstore_fire",
+    metadata,
+    sa.Column("id", _BigId, primary_key=True, autoincrement=True),
+    sa.Column(
+        "periodic_task_id",
+        _BigId,
+        sa.ForeignKey("cronstore_periodic_task.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("fire_time", UTCDateTime, nullable=False),
+    # A "missed" row may stand for a run of grid points: fire_time .. fire_until, fire_count.
+    sa.Column("fire_until", UTCDateTime, nullable=True),
+    sa.Column("fire_count", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("task_id", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("claimed_by", sa.String(200), nullable=True),
+    sa.Column("lease_until", UTCDateTime, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("claimed_at", UTCDateTime, nullable=True),
+    sa.Column("published_at", UTCDateTime, nullable=True),
+    sa.Column("started_at", UTCDateTime, nullable=True),
+    sa.Column("finished_at", UTCDateTime, nullable=True),
+    sa.Column("node", sa.String(200), nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("result", sa.Text, nullable=True),
+    sa.UniqueConstraint("periodic_task_id", "fire_time", name="uq_cronstore_fire_task_time"),
+    sa.UniqueConstraint("task_id", name="uq_cronstore_fire_task_id"),
+    sa.Index("ix_cronstore_fire_lease", "state", "lease_until"),
+)
+
+beat = sa.Table(
+    "cronstore_beat",
+    metadata,
+    sa.Column("node", sa.String(200), primary_key=True),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("last_tick", UTCDateTime, nullable=False),
+)

@@ -1,0 +1,62 @@
+"""Column types that behave the same on SQLite, PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+__all__ = ["EPOCH", "UTCDateTime", "dumps", "loads"]
+
+#: ``next_run`` value meaning "plan me": rows inserted or re-timed by raw SQL get it, and
+#: beat computes the real next fire time on its next tick (never a fire by itself).
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """An aware UTC datetime stored as naive UTC with microseconds on every dialect.
+
+    SQLite keeps datetimes as text and MariaDB's DATETIME has no zone: storing naive UTC
+    everywhere keeps comparisons (``next_run <= now``) exact and portable.
+    """
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            from sqlalchemy.dialects import mysql
+
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(sa.DateTime(timezone=False))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"refusing to store naive datetime {value.isoformat()}")
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # raw SQL on SQLite may leave text of another shape
+            value = datetime.fromisoformat(value)
+        if value.tzinfo is not None:
+            return value.astimezone(timezone.utc)
+        return value.replace(tzinfo=timezone.utc)
+
+
+def dumps(value: object) -> str:
+    """Serialize ``value`` to compact JSON (the only format the store writes)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def loads(text: str | None, default: Any) -> Any:
+    """Parse JSON text written by :func:`dumps` (or by hand); ``None`` gives ``default``."""
+    if text is None or text == "":
+        return default
+    return json.loads(text)

@@ -1,0 +1,87 @@
+"""Timers: pure code that turns schedule expressions into fire times.
+
+Nothing in this package reads the clock or imports SQLAlchemy or Celery.
+
+Kind detection, when ``kind`` is not given (first rule that matches wins):
+
+1. starts with ``every `` -> ``interval`` (``every 5m``, ``every 1h30m``)
+2. starts with ``@`` -> ``cron`` macro (``@hourly``, ``@daily``, ...)
+3. an ISO-8601 instant with a ``T`` between date and time -> ``once``
+4. five or six whitespace-separated fields -> ``cron``
+5. anything else -> ``calendar`` (systemd ``OnCalendar=`` syntax)
+"""
+
+from __future__ import annotations
+
+import re
+
+from celery_cronstore.errors import TimerSyntaxError
+from celery_cronstore.timers.base import KINDS, Timer
+from celery_cronstore.timers.calendar import CalendarTimer
+from celery_cronstore.timers.cron import CronTimer
+from celery_cronstore.timers.interval import IntervalTimer
+from celery_cronstore.timers.once import OnceTimer
+
+__all__ = [
+    "KINDS",
+    "CalendarTimer",
+    "CronTimer",
+    "IntervalTimer",
+    "OnceTimer",
+    "Timer",
+    "detect_kind",
+    "is_valid",
+    "parse_timer",
+]
+
+_ISO_INSTANT = re.compile(r"^\s*\d{4}-\d{2}-\d{2}T\d")
+_PARSERS: dict[str, type[CalendarTimer] | type[CronTimer] | type[IntervalTimer] | type[OnceTimer]]
+_PARSERS = {
+    "calendar": CalendarTimer,
+    "cron": CronTimer,
+    "interval": IntervalTimer,
+    "once": OnceTimer,
+}
+
+
+def detect_kind(expression: str) -> str:
+    """Return the timer kind an expression is written in (see the module docstring)."""
+    text = expression.strip()
+    if text.lower().startswith("every ") or text.lower() == "every":
+        return "interval"
+    if text.startswith("@"):
+        return "cron"
+    if _ISO_INSTANT.match(text):
+        return "once"
+    if len(text.split()) in (5, 6):
+        return "cron"
+    return "calendar"
+
+
+def parse_timer(expression: str, *, kind: str | None = None, tz: str | None = None) -> Timer:
+    """Parse ``expression`` into a timer of ``kind`` (detected when ``None``) in zone ``tz``.
+
+    Raise :class:`~celery_cronstore.errors.TimerSyntaxError` (a ``ValueError``) naming
+    the offending token and its position when the expression is invalid.
+    """
+    if not isinstance(expression, str):
+        raise TimerSyntaxError(f"expression must be a string, not {type(expression).__name__}")
+    if not expression.strip():
+        raise TimerSyntaxError("empty timer expression", expression=expression)
+    if kind is None:
+        kind = detect_kind(expression)
+    parser = _PARSERS.get(kind)
+    if parser is None:
+        raise TimerSyntaxError(
+            f"unknown timer kind (expected one of {', '.join(KINDS)})", token=kind
+        )
+    return parser.parse(expression, tz=tz)
+
+
+def is_valid(expression: str, *, kind: str | None = None, tz: str | None = None) -> bool:
+    """Return whether ``expression`` parses as a timer, without raising."""
+    try:
+        parse_timer(expression, kind=kind, tz=tz)
+    except TimerSyntaxError:
+        return False
+    return True

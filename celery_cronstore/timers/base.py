@@ -1,0 +1,77 @@
+"""The contract every timer keeps."""
+
+from __future__ import annotations
+
+import abc
+from datetime import datetime, timezone, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from celery_cronstore.errors import TimerSyntaxError
+
+__all__ = ["KINDS", "Timer", "require_aware", "resolve_zone"]
+
+KINDS = ("calendar", "cron", "interval", "once")
+
+
+class Timer(abc.ABC):
+    """A schedule expression turned into fire times.
+
+    Every implementation guarantees:
+
+    * ``next_after(after)`` takes an *aware* datetime and returns the first fire time
+      strictly after it, as an aware datetime in UTC, or ``None`` when the timer has
+      no future fire. It never reads the clock and never loops without bound.
+    * ``str(timer)`` is the canonical form; ``parse_timer(str(t), kind=t.kind,
+      tz=t.tz_name)`` returns a timer equal to ``t``.
+    * ``describe()`` returns a short English description ("every 5 minutes").
+    * Timers are immutable, hashable and compare equal when their canonical form,
+      kind and zone are equal.
+    """
+
+    kind: str
+    tz_name: str
+
+    @abc.abstractmethod
+    def next_after(self, after: datetime) -> datetime | None:
+        """Return the first fire time strictly after ``after`` (aware, UTC) or ``None``."""
+
+    @abc.abstractmethod
+    def __str__(self) -> str:
+        """Return the canonical form of the expression."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Return a short English description of when the timer fires."""
+
+    def _key(self) -> tuple[str, str, str]:
+        return (self.kind, str(self), self.tz_name)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Timer):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {str(self)!r} tz={self.tz_name!r}>"
+
+
+def require_aware(after: datetime) -> datetime:
+    """Return ``after`` converted to UTC; refuse a naive datetime."""
+    if after.tzinfo is None or after.utcoffset() is None:
+        raise ValueError(f"next_after() needs an aware datetime, got naive {after.isoformat()}")
+    return after.astimezone(timezone.utc)
+
+
+def resolve_zone(name: str | None, *, expression: str = "", position: int | None = None) -> tzinfo:
+    """Return the zone called ``name`` (UTC when ``None``); raise TimerSyntaxError if unknown."""
+    if name is None or name in ("UTC", "utc", "Z"):
+        return timezone.utc
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise TimerSyntaxError(
+            "unknown time zone", expression=expression, token=name, position=position
+        ) from exc

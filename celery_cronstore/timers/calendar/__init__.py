@@ -1,0 +1,127 @@
+"""systemd calendar-event timers (``OnCalendar=`` syntax, as in systemd.time(7)).
+
+The package splits along the grammar: :mod:`.fields` (value sets), :mod:`.parse`
+(tokens, shorthands, zones), :mod:`.spec` (normalized form), :mod:`.clock` (local time
+as glibc computes it), :mod:`.search` (next elapse) and :mod:`.describe` (English).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone, tzinfo
+
+from celery_cronstore.timers.base import Timer, require_aware, resolve_zone
+from celery_cronstore.timers.calendar.clock import LocalClock, days_from_civil
+from celery_cronstore.timers.calendar.describe import describe_spec
+from celery_cronstore.timers.calendar.fields import USEC, Chain, chain_contains
+from celery_cronstore.timers.calendar.parse import load_zone, parse_spec
+from celery_cronstore.timers.calendar.search import MAX_YEAR, next_elapse
+from celery_cronstore.timers.calendar.spec import CalendarSpec
+
+__all__ = ["CalendarSpec", "CalendarTimer"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_ONE_USEC = timedelta(microseconds=1)
+_MIN_YEAR = 1970
+
+
+def _values(chain: Chain | None, lo: int, hi: int) -> set[int]:
+    if chain is None:
+        return set(range(lo, hi + 1))
+    bounds = [(c.start, c.stop, c.repeat) for c in chain]
+    return {v for v in range(lo, hi + 1) if chain_contains(bounds, v)}
+
+
+def _month_length(year: int, month: int) -> int:
+    return days_from_civil(year, month + 1, 1) - days_from_civil(year, month, 1)
+
+
+def _can_ever_match(spec: CalendarSpec) -> bool:
+    """Return False when no (year, month, day) can satisfy the date fields at all."""
+    if spec.last_day or spec.day is None:
+        return True
+    days = _values(spec.day, 1, 31)
+    months = _values(spec.month, 1, 12)
+    for year in sorted(_values(spec.year, _MIN_YEAR, MAX_YEAR)):
+        if any(d <= _month_length(year, m) for m in months for d in days):
+            return True
+    return False
+
+
+class CalendarTimer(Timer):
+    """A systemd calendar event, firing exactly when ``systemd-analyze calendar`` says.
+
+    ``str(timer)`` is systemd's normalized form. The zone is the expression's trailing
+    zone if it has one, else the ``tz`` given to :meth:`parse` (UTC by default).
+    """
+
+    kind = "calendar"
+
+    def __init__(self, spec: CalendarSpec, tz_name: str, zone: tzinfo) -> None:
+        self.spec = spec
+        self.tz_name = tz_name
+        self._zone = None if zone is timezone.utc else zone
+        self._possible = _can_ever_match(spec)
+
+    @classmethod
+    def parse(cls, expression: str, tz: str | None = None) -> CalendarTimer:
+        """Parse a calendar event; raise TimerSyntaxError naming the bad token."""
+        spec = parse_spec(expression)
+        if spec.utc:
+            return cls(spec, "UTC", timezone.utc)
+        if spec.timezone is not None:
+            zone = load_zone(spec.timezone)
+            if zone is not None:
+                return cls(spec, spec.timezone, zone)
+        zone = resolve_zone(tz)
+        return cls(spec, "UTC" if zone is timezone.utc else str(tz), zone)
+
+    def next_after(self, after: datetime) -> datetime | None:
+        """Return the first elapse strictly after ``after`` (aware, UTC) or None."""
+        moment = require_aware(after)
+        if not self._possible:
+            return None
+        after_us = (moment - _EPOCH) // _ONE_USEC
+        found = next_elapse(self.spec, LocalClock(self._zone), after_us)
+        return None if found is None else _EPOCH + timedelta(microseconds=found)
+
+    def matches(self, instant: datetime) -> bool:
+        """Return whether the local wall-clock reading of ``instant`` satisfies the event."""
+        moment = require_aware(instant)
+        local = moment.astimezone(self._zone or timezone.utc)
+        spec = self.spec
+        if spec.weekdays is not None and not spec.weekdays & (1 << local.weekday()):
+            return False
+        day_chain = spec.day
+        if spec.last_day and day_chain is not None:
+            length = _month_length(local.year, local.month)
+            day_bounds = []
+            for c in day_chain:
+                first = length + 1 - c.start
+                last = -1 if c.stop < 0 else length + 1 - c.stop
+                day_bounds.append((last, first, c.repeat) if last > 0 else (first, -1, c.repeat))
+            if not chain_contains(day_bounds, local.day):
+                return False
+            day_chain = None
+        checks = (
+            (spec.year, local.year),
+            (spec.month, local.month),
+            (day_chain, local.day),
+            (spec.hour, local.hour),
+            (spec.minute, local.minute),
+            (spec.second, local.second * USEC + local.microsecond),
+        )
+        for chain, value in checks:
+            if chain is not None and not chain_contains(
+                [(c.start, c.stop, c.repeat) for c in chain], value
+            ):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        return str(self.spec)
+
+    def describe(self) -> str:
+        """Return a short English description ("every 5 minutes", "Mon..Fri at 09:30")."""
+        explicit = self.spec.utc or self.spec.timezone is not None
+        zone = self.tz_name if explicit or self.tz_name != "UTC" else None
+        return describe_spec(self.spec, zone)

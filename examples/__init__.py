@@ -1,0 +1,1 @@
+"""Example applications for celery-cronstore."""

@@ -1,0 +1,113 @@
+"""Shared fixtures: one store test suite over SQLite, PostgreSQL and MariaDB.
+
+Server-backed parameters skip with a reason when the server is unreachable, except under
+``CI=true``, where a missing service is a failure: CI must run every backend.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+import sqlalchemy as sa
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+POSTGRES_URL = os.environ.get(
+    "CRONSTORE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+MYSQL_URL = os.environ.get("CRONSTORE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+REDIS_URL = os.environ.get("CRONSTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+RABBITMQ_URL = os.environ.get("CRONSTORE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def reachable(url: str, default_port: int) -> bool:
+    """Return whether a TCP connection to the URL's host and port opens."""
+    parts = urlsplit(url.replace("+psycopg", "").replace("+pymysql", ""))
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or default_port), 2):
+            return True
+    except OSError:
+        return False
+
+
+def need_service(name: str, url: str, port: int) -> None:
+    """Skip (or, under CI=true, fail) when a service is not reachable."""
+    if reachable(url, port):
+        return
+    message = f"{name} is not reachable at {url.split('@')[-1]}"
+    if IN_CI:
+        pytest.fail(f"{message}; CI=true requires it (.ci/run starts it)")
+    pytest.skip(message)
+
+
+def _scratch_database(admin_url: str, dialect: str) -> Iterator[str]:
+    """Create a database of our own for this test session (parallel runs do not collide)."""
+    name = f"cronstore_{uuid.uuid4().hex[:10]}"
+    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    url = sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with engine.connect() as conn:
+            if dialect == "postgresql":
+                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            else:
+                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+        engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    need_service("PostgreSQL", POSTGRES_URL, 5432)
+    yield from _scratch_database(POSTGRES_URL, "postgresql")
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> Iterator[str]:
+    need_service("MariaDB", MYSQL_URL, 3306)
+    yield from _scratch_database(MYSQL_URL, "mysql")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    need_service("Redis", REDIS_URL, 6379)
+    return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    need_service("RabbitMQ", RABBITMQ_URL, 5672)
+    return RABBITMQ_URL
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite"),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A migrated, empty cronstore database URL on each backend."""
+    from celery_cronstore.store import Store
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'cronstore.sqlite'}"
+    else:
+        url = request.getfixturevalue(f"{request.param}_url")
+    store = Store(url)
+    try:
+        store.upgrade()
+        with store.begin() as conn:
+            for table in ("cronstore_fire", "cronstore_periodic_task", "cronstore_beat"):
+                conn.exec_driver_sql(f"DELETE FROM {table}")
+    finally:
+        store.close()
+    return url

@@ -1,0 +1,246 @@
+"""Claiming due fires: once per fire, with misfire and overlap policies, on every backend."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+
+from celery_cronstore.store import Claimer, Store, fire_task_id
+from celery_cronstore.store.types import EPOCH
+from celery_cronstore.testing import FrozenClock
+
+T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock(T0)
+
+
+@pytest.fixture
+def store(db_url: str, clock: FrozenClock) -> Iterator[Store]:
+    s = Store(db_url, clock=clock)
+    yield s
+    assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
+    s.close()
+
+
+def states(store: Store, name: str) -> list[tuple[datetime, str, int]]:
+    return [(f.fire_time, f.state, f.fire_count) for f in reversed(store.history(name))]
+
+
+def test_nothing_due_claims_nothing(store: Store) -> None:
+    store.add("a", task="t", timer="*:*:0/10")
+    claimer = Claimer(store, "b1")
+    now, earliest = claimer.peek()
+    assert (now, earliest) == (T0, at(10))
+    assert claimer.claim_due().claims == []
+
+
+def test_a_due_fire_is_claimed_once_with_a_deterministic_id(
+    store: Store, clock: FrozenClock
+) -> None:
+    task = store.add("a", task="t", timer="*:*:0/10", args=[1])
+    clock.set(at(10.5))
+    first = Claimer(store, "b1").claim_due()
+    assert [(c.name, c.fire_time, c.args) for c in first.claims] == [("a", at(10), [1])]
+    claim = first.claims[0]
+    assert claim.task_id == fire_task_id(task.id, "a", at(10))
+    assert Claimer(store, "b2").claim_due().claims == []
+    assert store.get("a").next_run == at(20)
+    assert states(store, "a") == [(at(10), "claimed", 1)]
+
+
+def test_mark_published_is_fenced_on_the_claimer(store: Store, clock: FrozenClock) -> None:
+    store.add("a", task="t", timer="*:*:0/10")
+    clock.set(at(10))
+    claims = Claimer(store, "b1").claim_due().claims
+    assert Claimer(store, "b2").mark_published(claims) == 0
+    assert Claimer(store, "b1").mark_published(claims) == 1
+    assert states(store, "a") == [(at(10), "published", 1)]
+
+
+def test_an_expired_lease_is_republished_under_the_same_id(
+    store: Store, clock: FrozenClock
+) -> None:
+    store.add("a", task="t", timer="*:*:0/10")
+    clock.set(at(10))
+    b1, b2 = Claimer(store, "b1", lease=30), Claimer(store, "b2", lease=30)
+    (claim,) = b1.claim_due().claims  # b1 "crashes" before publishing
+    clock.set(at(39))
+    assert b2.reclaim_expired() == []
+    clock.set(at(41))
+    (again,) = b2.reclaim_expired()
+    assert (again.task_id, again.attempt) == (claim.task_id, 2)
+    assert b1.mark_published([claim]) == 0, "the old claimer lost its fence"
+    assert b2.mark_published([again]) == 1
+
+
+def test_misfire_run_once_fires_the_latest_and_records_the_rest(
+    store: Store, clock: FrozenClock
+) -> None:
+    store.add("a", task="t", timer="*:*:0/10")
+    clock.set(at(95))  # fires at 10..90 were due: nine of them
+    result = Claimer(store, "b1").claim_due()
+    assert [c.fire_time for c in result.claims] == [at(90)]
+    history = store.history("a")
+    missed = [f for f in history if f.state == "missed"]
+    assert len(missed) == 1
+    assert (missed[0].fire_time, missed[0].fire_until, missed[0].fire_count) == (
+        at(10), at(80), 8)
+    assert "misfire policy run_once" in (missed[0].reason or "")
+    assert store.get("a").next_run == at(100)
+
+
+def test_misfire_run_all_is_capped(store: Store, clock: FrozenClock) -> None:
+    store.add("a", task="t", timer="*:*:0/10", misfire_policy="run_all", misfire_limit=3)
+    clock.set(at(95))
+    result = Claimer(store, "b1").claim_due()
+    assert [c.fire_time for c in result.claims] == [at(70), at(80), at(90)]
+    assert [(f.fire_time, f.fire_count) for f in store.history("a") if f.state == "missed"] == [
+        (at(10), 6)]
+
+
+def test_misfire_skip_records_late_fires_and_publishes_none(
+    store: Store, clock: FrozenClock
+) -> None:
+    store.add("a", task="t", timer="*:0/5", misfire_policy="skip")
+    clock.set(at(3600 + 100))  # the latest due fire (3600) is 100 s late
+    claimer = Claimer(store, "b1", misfire_grace=30)
+    assert claimer.claim_due().claims == []
+    assert [(f.state, f.fire_count) for f in store.history("a")] == [("missed", 12)]
+    clock.set(at(3900 + 2))
+    assert [c.fire_time for c in claimer.claim_due().claims] == [at(3900)]
+
+
+def test_starting_deadline_expires_a_late_fire(store: Store, clock: FrozenClock) -> None:
+    store.add("a", task="t", timer="*:*:0/10", start_deadline=5)
+    clock.set(at(10 + 4))
+    (claim,) = Claimer(store, "b1").claim_due().claims
+    assert claim.expires == at(15)
+    clock.set(at(20 + 6))
+    assert Claimer(store, "b1").claim_due().claims == []
+    assert states(store, "a")[-1] == (at(20), "expired", 1)
+
+
+def test_overlap_skip_holds_back_while_a_run_is_in_flight(
+    store: Store, clock: FrozenClock
+) -> None:
+    store.add("a", task="t", timer="*:*:0/10", overlap_policy="skip")
+    claimer = Claimer(store, "b1")
+    clock.set(at(10))
+    (first,) = claimer.claim_due().claims  # still "claimed": counts as in flight
+    clock.set(at(20))
+    assert claimer.claim_due().claims == []
+    assert states(store, "a")[-1] == (at(20), "skipped", 1)
+    claimer.mark_published([first])
+    with store.begin() as conn:
+        conn.execute(sa.text("UPDATE cronstore_fire SET state = 'succeeded'"))
+    clock.set(at(30))
+    assert [c.fire_time for c in claimer.claim_due().claims] == [at(30)]
+
+
+def test_disabled_and_removed_tasks_are_not_claimed(store: Store, clock: FrozenClock) -> None:
+    store.add("a", task="t", timer="*:*:0/10")
+    store.add("b", task="t", timer="*:*:0/10")
+    store.disable("a")
+    store.remove("b")
+    clock.set(at(60))
+    assert Claimer(store, "b1").claim_due().claims == []
+
+
+def test_a_once_timer_fires_once(store: Store, clock: FrozenClock) -> None:
+    store.add("o", task="t", timer="2026-01-05T12:00:30Z")
+    claimer = Claimer(store, "b1")
+    clock.set(at(31))
+    assert [c.fire_time for c in claimer.claim_due().claims] == [at(30)]
+    assert store.get("o").next_run is None
+    clock.set(at(3600))
+    assert claimer.claim_due().claims == []
+
+
+def test_a_bad_row_is_put_in_error_and_the_others_still_fire(
+    store: Store, clock: FrozenClock
+) -> None:
+    store.add("good", task="t", timer="*:*:0/10")
+    store.add("bad-timer", task="t", timer="*:*:0/10")
+    store.add("bad-json", task="t", timer="*:*:0/10")
+    store.add("bad-zone", task="t", timer="*:*:0/10")
+    with store.begin() as conn:
+        conn.execute(sa.text("UPDATE cronstore_periodic_task SET timer = '*-*-* 99:00', "
+                             "next_run = :t WHERE name = 'bad-timer'"), {"t": at(10)})
+        conn.execute(sa.text("UPDATE cronstore_periodic_task SET args = '[1,' "
+                             "WHERE name = 'bad-json'"))
+        conn.execute(sa.text("UPDATE cronstore_periodic_task SET tz = 'Mars/Olympus', "
+                             "next_run = :t WHERE name = 'bad-zone'"), {"t": at(10)})
+    clock.set(at(10))
+    result = Claimer(store, "b1").claim_due()
+    assert [c.name for c in result.claims] == ["good"]
+    errors = dict(result.errors)
+    assert set(errors) == {"bad-timer", "bad-json", "bad-zone"}
+    assert "99" in errors["bad-timer"] and "Mars/Olympus" in errors["bad-zone"]
+    assert "args is not valid JSON" in errors["bad-json"]
+    assert store.status("bad-zone").error == errors["bad-zone"]
+    assert store.get("bad-timer").next_run is None
+
+
+def test_rows_inserted_by_raw_sql_are_planned_then_fired(
+    store: Store, clock: FrozenClock
+) -> None:
+    with store.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO cronstore_periodic_task (name, task, timer_kind, timer, "
+            "created_at, updated_at) VALUES ('raw', 't', 'cron', '* * * * *', :t, :t)"),
+            {"t": T0})
+    assert store.get("raw").next_run == EPOCH
+    claimer = Claimer(store, "b1")
+    assert claimer.claim_due().claims == []  # planned, not fired
+    assert store.get("raw").next_run == at(60)
+    clock.set(at(60))
+    assert [c.name for c in claimer.claim_due().claims] == ["raw"]
+
+
+def test_allowlist_stops_unlisted_tasks(store: Store, clock: FrozenClock) -> None:
+    store.add("ok", task="mail.poll", timer="*:*:0/10")
+    store.add("evil", task="os.system", timer="*:*:0/10")
+    clock.set(at(10))
+    result = Claimer(store, "b1", allowlist=("mail.",)).claim_due()
+    assert [c.name for c in result.claims] == ["ok"]
+    assert "not in cronstore_task_allowlist" in dict(result.errors)["evil"]
+
+
+def test_concurrent_claimers_claim_each_fire_exactly_once(
+    store: Store, clock: FrozenClock
+) -> None:
+    for i in range(40):
+        store.add(f"t{i}", task="t", timer="*:*:0/10")
+    clock.set(at(10))
+    claimed: list[tuple[str, datetime]] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def run(node: str) -> None:
+        claimer = Claimer(store, node, batch_size=7)
+        try:
+            for _ in range(20):
+                result = claimer.claim_due()
+                with lock:
+                    claimed.extend((c.name, c.fire_time) for c in result.claims)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(f"b{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(claimed) == sorted((f"t{i}", at(10)) for i in range(40))

@@ -1,0 +1,70 @@
+"""Kind detection and dispatch through parse_timer."""
+
+from __future__ import annotations
+
+import pytest
+
+from celery_cronstore.errors import TimerSyntaxError
+from celery_cronstore.timers import (
+    CronTimer,
+    IntervalTimer,
+    OnceTimer,
+    detect_kind,
+    is_valid,
+    parse_timer,
+)
+
+
+@pytest.mark.parametrize(
+    ("expression", "kind"),
+    [
+        ("every 5m", "interval"),
+        ("  Every 1h30m", "interval"),
+        ("every", "interval"),
+        ("@hourly", "cron"),
+        ("@reboot", "cron"),
+        ("2026-12-01T09:00:00Z", "once"),
+        ("2026-12-01T09:00", "once"),
+        ("*/5 * * * *", "cron"),
+        ("0 9 * * * 30", "cron"),
+        ("30 9 * * mon-fri", "cron"),
+        ("*:0/5", "calendar"),
+        ("Mon..Fri *-*-* 09:30", "calendar"),
+        ("daily", "calendar"),
+    ],
+)
+def test_detect_kind(expression: str, kind: str) -> None:
+    assert detect_kind(expression) == kind
+
+
+@pytest.mark.parametrize(
+    ("expression", "cls"),
+    [
+        ("every 5m", IntervalTimer),
+        ("@daily", CronTimer),
+        ("*/5 * * * *", CronTimer),
+        ("2026-12-01T09:00:00Z", OnceTimer),
+    ],
+)
+def test_parse_timer_dispatches(expression: str, cls: type) -> None:
+    timer = parse_timer(expression, tz="Europe/Berlin")
+    assert isinstance(timer, cls)
+    assert timer.tz_name == "Europe/Berlin"
+
+
+def test_explicit_kind_wins() -> None:
+    with pytest.raises(TimerSyntaxError):
+        parse_timer("every 5m", kind="cron")
+
+
+def test_reboot_is_detected_as_cron_and_refused() -> None:
+    assert not is_valid("@reboot")
+    with pytest.raises(TimerSyntaxError, match="@reboot"):
+        parse_timer("@reboot")
+
+
+@pytest.mark.parametrize("tz", [None, "UTC", "utc", "Z"])
+def test_utc_spellings_give_one_zone_name(tz: str | None) -> None:
+    assert parse_timer("*/5 * * * *", tz=tz).tz_name == "UTC"
+    assert parse_timer("every 5m", tz=tz).tz_name == "UTC"
+    assert parse_timer("2026-12-01T09:00:00Z", tz=tz).tz_name == "UTC"
