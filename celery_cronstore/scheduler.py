@@ -61,7 +61,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         except SQLAlchemyError as exc:
             logger.error("beat: store %s unreachable at start (%s); retrying", self._url, exc)
 
-    @property  # type: ignore[misc]
+    @property
     def schedule(self) -> dict[str, Any]:
         """Return an empty mapping: entries live in the database, not in beat's memory."""
         return {}
@@ -191,6 +191,15 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             options["expires"] = claim.expires
         logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
         task = self.app.tasks.get(claim.task)
+        # --- CronTask time box (added by the CronTask helper) ---
+        from celery_cronstore.task import CronTask
+
+        if isinstance(task, CronTask) and claim.interval and "soft_time_limit" not in options:
+            options["soft_time_limit"] = claim.interval / 2
+            if "time_limit" not in options:
+                # The hard limit (the only one gevent enforces) kills at the next fire.
+                options["time_limit"] = max(claim.interval, claim.interval / 2 + 1)
+        # --- end CronTask time box ---
         call = task.apply_async if task is not None else self._send_by_name(claim.task)
         call(
             args=claim.args,
@@ -215,7 +224,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
 
     def _backoff(self, what: str, exc: BaseException | None) -> float:
         self._failures += 1
-        delay = min(MAX_BACKOFF, 0.5 * 2 ** min(self._failures, 8))
+        delay = min(MAX_BACKOFF, 0.5 * 2.0 ** min(self._failures, 8))
         if exc is not None:
             # Never log the URL from the exception: drivers may include the password.
             logger.error(

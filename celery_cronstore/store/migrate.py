@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -43,6 +44,9 @@ def current_revision(conn: sa.Connection) -> str | None:
 def upgrade(engine: sa.Engine, revision: str = "head") -> None:
     """Apply the package's migrations up to ``revision``."""
     from alembic import command
+
+    # Alembic logs its dialect banner at INFO on every start; beat logs at INFO too.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
     with engine.begin() as conn:
         command.upgrade(_config(conn), revision)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -15,7 +16,7 @@ from celery_cronstore.store import migrate
 from celery_cronstore.store.engine import Clock, create_store_engine, db_now, probe, redact
 from celery_cronstore.store.records import Fire, PeriodicTask, Status
 from celery_cronstore.store.rows import FIRE_COLUMNS, check_values, owner_values, to_fire, to_task
-from celery_cronstore.store.schema import fire, metadata, periodic_task
+from celery_cronstore.store.schema import VERSION_TABLE, fire, metadata, periodic_task
 from celery_cronstore.store.types import dumps
 from celery_cronstore.timers import Timer, parse_timer
 
@@ -81,7 +82,7 @@ class Store:
         """Drop every cronstore table (tests and uninstall only)."""
         with self.engine.begin() as conn:
             metadata.drop_all(conn)
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {migrate.VERSION_TABLE}"))
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -279,11 +280,11 @@ class Store:
 
     # -- reading state --------------------------------------------------------------------
 
-    def next_runs(self, name: str, n: int = 5, *, after: datetime | None = None) -> list[datetime]:
+    def next_runs(self, name: str, n: int = 5, *, after: datetime | None = None) -> builtins.list[datetime]:
         """Return the next ``n`` fire times of a task (from its planned next run or ``after``)."""
         record = self.get(name)
         timer = _timer_of(record)
-        times: list[datetime] = []
+        times: builtins.list[datetime] = []
         if not record.enabled:
             return times
         cursor = after if after is not None else self.now()
@@ -295,7 +296,7 @@ class Store:
             cursor = nxt
         return times
 
-    def history(self, name: str, limit: int = 50) -> list[Fire]:
+    def history(self, name: str, limit: int = 50) -> builtins.list[Fire]:
         """Return the task's ledger rows, newest fire first."""
         with self.engine.connect() as conn:
             row = self._row(conn, name)

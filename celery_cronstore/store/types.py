@@ -40,11 +40,13 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
             raise ValueError(f"refusing to store naive datetime {value.isoformat()}")
         return value.astimezone(timezone.utc).replace(tzinfo=None)
 
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         if isinstance(value, str):  # raw SQL on SQLite may leave text of another shape
             value = datetime.fromisoformat(value)
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected a datetime column value, got {value!r}")
         if value.tzinfo is not None:
             return value.astimezone(timezone.utc)
         return value.replace(tzinfo=timezone.utc)

@@ -92,7 +92,7 @@ class LocalClock:
             diff = wall - (t + off)
             if diff == 0:
                 break
-            if t == t1 and t != t2 and (dst2 if isdst < 0 else bool(isdst) != dst):
+            if t == t1 and t != t2 and ((dst2 <= dst) if isdst < 0 else bool(isdst) != dst):
                 break  # oscillating around a gap: glibc keeps this probe
             probes -= 1
             if probes == 0:

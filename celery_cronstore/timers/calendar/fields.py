@@ -100,11 +100,13 @@ def validate_chain(info: FieldInfo, chain: Chain | None, *, last_day: bool, expr
     if chain is None:
         return
     lo, hi = info.lo, info.hi
-    if last_day:
-        hi -= 3  # "~N" counts back from the month end, at most to the 1st of February.
     name = f"last-day offset of {info.name}" if last_day else info.name
-    shown_hi = _show(hi, info.unit)
     for comp in chain:
+        if last_day:
+            # "~N" counts back from the month end, at most to the 1st of February. systemd
+            # (v252) lowers this bound again for every further value in a "~" list.
+            hi -= 3
+        shown_hi = _show(hi, info.unit)
 
         def fail(reason: str, comp: Component = comp) -> TimerSyntaxError:
             return TimerSyntaxError(

@@ -240,10 +240,14 @@ def generate_expressions(count: int, seed: int = 20260329) -> list[str]:
         if roll < 0.35:
             sep = "~" if rng.random() < 0.15 else "-"
             year = _random_chain(rng, 2024, 2040) if rng.random() < 0.7 else "*"
-            pieces.append(f"{year}-{_random_chain(rng, 1, 12, 2)}{sep}{_random_chain(rng, 1, 28 if sep == '~' else 31, 2)}")
+            pieces.append(
+                f"{year}-{_random_chain(rng, 1, 12, 2)}{sep}{_random_chain(rng, 1, 28 if sep == '~' else 31, 2)}"
+            )
         elif roll < 0.6:
             sep = "~" if rng.random() < 0.15 else "-"
-            pieces.append(f"{_random_chain(rng, 1, 12, 2)}{sep}{_random_chain(rng, 1, 28 if sep == '~' else 31, 2)}")
+            pieces.append(
+                f"{_random_chain(rng, 1, 12, 2)}{sep}{_random_chain(rng, 1, 28 if sep == '~' else 31, 2)}"
+            )
         roll = rng.random()
         if roll < 0.4:
             pieces.append(f"{_random_chain(rng, 0, 23, 2)}:{_random_chain(rng, 0, 59, 2)}")
@@ -281,32 +285,34 @@ def run_systemd(expressions: list[str], tz: str, base: datetime) -> dict[str, Sy
     )  # fmt: skip
     results = {e: SystemdResult() for e in expressions}
     for line in proc.stderr.splitlines():
-        match = re.match(r"Failed to (parse calendar specification|determine next elapse for) '(.*)':", line)
+        match = re.match(
+            r"Failed to (parse calendar specification|determine next elapse for) '(.*)':", line
+        )
         if match and match.group(2) in results:
             if match.group(1).startswith("parse"):
                 results[match.group(2)].parse_failed = True
             else:
                 results[match.group(2)].search_failed = True
-    current: SystemdResult | None = None
-    pending: str | None = None
+    # One block per expression, blank-line separated; a rejected one leaves its block empty.
+    blocks: list[list[str]] = [[]]
     for raw in proc.stdout.splitlines():
-        line = raw.strip()
-        key, _, value = line.partition(": ")
-        if key == "Original form":
-            current = results[value]
-        elif current is None:
-            continue
-        elif key == "Normalized form":
-            current.normalized = value
-        elif key == "Next elapse" and value == "never":
-            current.elapses.append(None)
-        elif key == "Next elapse" or key.startswith("Iter. #"):
-            pending = value
-            if tz == "UTC":
+        if raw.strip():
+            blocks[-1].append(raw.strip())
+        else:
+            blocks.append([])
+    assert len(blocks) == len(expressions), proc.stdout[-2000:]
+    for expression, block in zip(expressions, blocks):
+        current = results[expression]
+        for line in block:
+            key, _, value = line.partition(": ")
+            if key == "Normalized form":
+                current.normalized = value
+            elif key == "Next elapse" and value == "never":
+                current.elapses.append(None)
+            elif (key == "Next elapse" or key.startswith("Iter. #")) and tz == "UTC":
                 current.elapses.append(_stamp(value))
-        elif key == "(in UTC)" and pending is not None:
-            current.elapses.append(_stamp(value))
-            pending = None
+            elif key == "(in UTC)":
+                current.elapses.append(_stamp(value))
     return results
 
 
@@ -316,7 +322,9 @@ def _stamp(text: str) -> datetime:
     return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
 
 
-def _ours(expression: str, tz: str, base: datetime) -> tuple[str | None, list[datetime | None], bool]:
+def _ours(
+    expression: str, tz: str, base: datetime
+) -> tuple[str | None, list[datetime | None], bool]:
     """Return (normalized or None if rejected, elapses, search failed)."""
     try:
         timer = CalendarTimer.parse(expression, tz=tz)

@@ -31,7 +31,12 @@ def utc(*args: int) -> datetime:
         ("every 14d", timedelta(days=14), "every 2w", "every 2 weeks"),
         ("every 3600s", timedelta(hours=1), "every 1h", "every hour"),
         ("every 5 minutes", timedelta(minutes=5), "every 5m", "every 5 minutes"),
-        ("every 1 hour 30 minutes", timedelta(minutes=90), "every 1h30m", "every 1 hour 30 minutes"),
+        (
+            "every 1 hour 30 minutes",
+            timedelta(minutes=90),
+            "every 1h30m",
+            "every 1 hour 30 minutes",
+        ),
         ("every 1 week", timedelta(weeks=1), "every 1w", "every week"),
         ("  EVERY 1H30M  ", timedelta(minutes=90), "every 1h30m", "every 1 hour 30 minutes"),
         ("every 0h5m", timedelta(minutes=5), "every 5m", "every 5 minutes"),

@@ -43,7 +43,9 @@ def test_once_timer_reports_no_further_fires(capsys: pytest.CaptureFixture[str])
 
 
 def test_naive_after_is_read_in_the_zone(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["every 1h", "--tz", "Europe/Berlin", "-n", "1", "--after", "2026-01-01T10:30"]) == 0
+    assert (
+        main(["every 1h", "--tz", "Europe/Berlin", "-n", "1", "--after", "2026-01-01T10:30"]) == 0
+    )
     out = capsys.readouterr().out
     assert "after 2026-01-01T09:30:00Z" in out
     assert out.rstrip().endswith("2026-01-01T10:00:00Z")

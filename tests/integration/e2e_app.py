@@ -1,0 +1,39 @@
+"""The Celery app the end-to-end tests run in real beat and worker processes.
+
+Configured from the environment: E2E_BROKER, E2E_STORE, E2E_RECORD (a file every
+delivery is appended to, one JSON line each, with no de-duplication at all).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from celery import Celery
+
+app = Celery("e2e")
+app.conf.update(
+    broker_url=os.environ.get("E2E_BROKER", "memory://"),
+    broker_connection_retry_on_startup=True,
+    task_ignore_result=True,
+    task_default_queue=os.environ.get("E2E_QUEUE", "celery"),
+    worker_prefetch_multiplier=4,
+    cronstore_url=os.environ.get("E2E_STORE", "sqlite:///e2e.sqlite"),
+    cronstore_poll_interval=float(os.environ.get("E2E_POLL", "0.5")),
+    cronstore_lease=float(os.environ.get("E2E_LEASE", "10")),
+    cronstore_auto_migrate_sqlite=True,
+)
+
+
+@app.task(name="e2e.record", bind=True)
+def record(self, *args: object) -> None:  # type: ignore[no-untyped-def]
+    """Append this delivery (task id, args, when, which worker) to the record file."""
+    line = json.dumps({
+        "task_id": self.request.id,
+        "args": list(args),
+        "at": time.time(),
+        "worker": self.request.hostname,
+    })
+    with open(os.environ["E2E_RECORD"], "a", encoding="utf-8") as out:
+        out.write(line + "\n")
