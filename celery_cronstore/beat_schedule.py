@@ -42,8 +42,8 @@ def timer_from_entry(name: str, schedule: Any, default_tz: str) -> Timer:
             schedule._orig_day_of_week,
         )
         expression = " ".join(str(f).replace(" ", "") for f in fields)
-        zone = getattr(schedule.tz, "key", None) or default_tz
-        return parse_timer(expression, kind="cron", tz=zone)
+        # A crontab has no zone of its own: Celery evaluates it in the app's timezone.
+        return parse_timer(expression, kind="cron", tz=default_tz)
     if isinstance(schedule, schedules.schedule) and not isinstance(schedule, schedules.solar):
         return parse_timer(_interval(schedule.run_every.total_seconds(), name), kind="interval")
     raise ValueError(

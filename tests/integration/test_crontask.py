@@ -236,9 +236,7 @@ def test_a_retry_message_waits_in_state_retrying(env: Env) -> None:
     decision = guard.start_fire(env.store, claim.task_id, node="w2", retries=1)
     assert decision.outcome == "retry"
     assert (env.fire(claim).state, env.fire(claim).node) == ("started", "w2")
-    assert guard.start_fire(env.store, claim.task_id, node="w3", retries=1).outcome == (
-        "duplicate"
-    )
+    assert guard.start_fire(env.store, claim.task_id, node="w3", retries=1).outcome == ("duplicate")
 
 
 def test_overlap_skip_does_not_start_while_the_previous_fire_runs(env: Env) -> None:

@@ -165,7 +165,9 @@ class Worker:
     scope="module",
     params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
 )
-def worker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+def worker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Worker]:
     tmp = tmp_path_factory.mktemp("crontask-worker")
     for folder in ("broker", "processed"):
         (tmp / folder).mkdir()

@@ -72,6 +72,15 @@ class LocalClock:
             self._cache[bucket] = hit
         return hit if hit is not None else self._exact(t)
 
+    def exists(self, tm: Tm) -> bool:
+        """Return whether the wall time ``tm`` occurs (is not inside a DST gap)."""
+        wall = wall_seconds(tm)
+        for probe in (wall - 86400, wall + 86400):
+            t = wall - self.offset(probe)[0]
+            if t + self.offset(t)[0] == wall:
+                return True
+        return False
+
     def localtime(self, t: int) -> tuple[Tm, bool]:
         """Return the local fields and DST flag at POSIX time ``t``."""
         off, dst = self.offset(t)

@@ -68,6 +68,11 @@ class _Walk:
         if cmp < 0:
             return -1, -1
         tm[:] = norm
+        if index < 5 and not self.clock.exists(norm):
+            # The reset landed in a DST gap. Carrying the DST flag over would make the
+            # next mktime() step back before the gap; systemd 252 is observed (tested
+            # against systemd-analyze) to step forward past the gap instead.
+            return 0, -1
         return 0, int(dst)
 
     def weekday_ok(self, tm: Tm) -> bool:

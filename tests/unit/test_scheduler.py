@@ -1,0 +1,162 @@
+"""The beat scheduler over a SQLite store, an in-memory broker and a frozen clock."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.schedules import crontab
+
+from celery_cronstore.scheduler import Scheduler
+from celery_cronstore.store import Store
+from celery_cronstore.testing import FrozenClock
+
+T0 = datetime(2026, 6, 1, 8, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock(T0)
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cronstore.sqlite'}"
+
+
+@pytest.fixture
+def app(url: str) -> Celery:
+    app = Celery("t", broker="memory://", set_as_current=False)
+    app.conf.update(cronstore_url=url, cronstore_poll_interval=5.0, task_default_queue="q")
+    return app
+
+
+@pytest.fixture
+def store(url: str, clock: FrozenClock) -> Iterator[Store]:
+    s = Store(url, clock=clock)
+    s.upgrade()
+    yield s
+    s.close()
+
+
+def make(app: Celery, store: Store) -> Scheduler:
+    scheduler = Scheduler(app, lazy=True)
+    scheduler.store = store  # share the frozen clock
+    return scheduler
+
+
+def sent(app: Celery) -> list[dict[str, Any]]:
+    """Drain the in-memory queue 'q': one dict of headers + args per message."""
+    out = []
+    with app.connection_for_read() as conn:
+        q = conn.SimpleQueue("q")
+        while True:
+            try:
+                message = q.get(timeout=0.05)
+            except queue.Empty:
+                break
+            out.append({**message.headers, "args": message.payload[0]})
+            message.ack()
+        q.close()
+    return out
+
+
+def test_lazy_construction_touches_nothing(app: Celery, url: str, tmp_path: Path) -> None:
+    scheduler = Scheduler(app, lazy=True)
+    assert scheduler.store is None
+    assert not (tmp_path / "cronstore.sqlite").exists()
+    scheduler.close()
+    scheduler.close()  # beat calls close() twice on SIGTERM
+
+
+def test_banner_hides_the_password(app: Celery) -> None:
+    app.conf.cronstore_url = "postgresql+psycopg://beat:s3cret@db.example/app"
+    info = Scheduler(app, lazy=True).info
+    assert "s3cret" not in info and "beat:***@db.example/app" in info
+
+
+def test_tick_publishes_due_fires_with_their_ledger_task_id(
+    app: Celery, store: Store, clock: FrozenClock
+) -> None:
+    store.add("a", task="x.do", timer="*:*:0/10", args=[1])
+    scheduler = make(app, store)
+    assert scheduler.tick() == pytest.approx(5.0)  # nothing due: poll interval
+    clock.set(T0 + timedelta(seconds=10))
+    assert scheduler.tick() == 0.0  # published; look again at once
+    messages = sent(app)
+    (fire,) = store.history("a")
+    assert [(m["id"], m["task"], m["args"]) for m in messages] == [(fire.task_id, "x.do", [1])]
+    assert messages[0]["cronstore_fire_time"] == "2026-06-01T08:00:10+00:00"
+    assert fire.state == "published"
+    clock.set(T0 + timedelta(seconds=17))
+    assert scheduler.tick() == pytest.approx(3.0)  # sleep until the next fire at :20
+    scheduler.close()
+
+
+def test_broker_outage_keeps_claims_and_publishes_them_later(
+    app: Celery, store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.add("a", task="x.do", timer="*:*:0/10")
+    scheduler = make(app, store)
+    clock.set(T0 + timedelta(seconds=10))
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(scheduler, "_send", broken)
+    assert scheduler.tick() > 0  # backs off
+    assert store.history("a")[0].state == "claimed"
+    monkeypatch.undo()
+    scheduler.tick()
+    assert [m["id"] for m in sent(app)] == [store.history("a")[0].task_id]
+    assert store.history("a")[0].state == "published"
+
+
+def test_database_outage_backs_off_and_publishes_nothing(app: Celery, tmp_path: Path) -> None:
+    app.conf.cronstore_url = f"sqlite:///{tmp_path / 'missing-dir' / 'x.sqlite'}"
+    scheduler = Scheduler(app, lazy=True)
+    first, second = scheduler.tick(), scheduler.tick()
+    assert 0 < first < second  # exponential back-off, never an exception
+    assert sent(app) == []
+
+
+def test_beat_schedule_is_synced_and_stale_entries_removed(
+    app: Celery, store: Store
+) -> None:
+    app.conf.timezone = "Europe/Berlin"
+    app.conf.beat_schedule = {
+        "every-30s": {"task": "x.a", "schedule": 30.0, "args": (1,)},
+        "nightly": {"task": "x.b", "schedule": crontab(minute="15", hour="3")},
+        "calendar": {"task": "x.c", "schedule": "Mon *-*-* 09:00"},
+    }
+    store.add("api-made", task="x.d", timer="hourly")
+    make(app, store).tick()
+    rows = {t.name: t for t in store.list()}
+    assert (rows["every-30s"].timer, rows["every-30s"].args) == ("every 30s", [1])
+    assert (rows["nightly"].timer_kind, rows["nightly"].tz) == ("cron", "Europe/Berlin")
+    assert rows["calendar"].timer_kind == "calendar"
+    assert {t.source for t in rows.values()} == {"config", "api"}
+    app.conf.beat_schedule = {"every-30s": {"task": "x.a", "schedule": 60.0}}
+    make(app, store).tick()
+    assert sorted(t.name for t in store.list()) == ["api-made", "every-30s"]
+    assert store.get("every-30s").timer == "every 1m"
+
+
+def test_unknown_schema_version_stops_beat_with_the_fix(app: Celery, store: Store) -> None:
+    with store.begin() as conn:
+        conn.exec_driver_sql("UPDATE cronstore_alembic_version SET version_num = 'zzzz'")
+    app.conf.cronstore_auto_migrate_sqlite = False
+    with pytest.raises(SystemExit, match="does not know"):
+        make(app, store).tick()
+
+
+def test_missing_schema_names_the_command(app: Celery, tmp_path: Path) -> None:
+    app.conf.cronstore_url = f"sqlite:///{tmp_path / 'empty.sqlite'}"
+    app.conf.cronstore_auto_migrate_sqlite = False
+    with pytest.raises(SystemExit, match="cronstore migrate"):
+        Scheduler(app, lazy=True).tick()
