@@ -31,8 +31,6 @@ logger = logging.getLogger("celery.beat")
 
 #: Seconds between heartbeats (``cronstore health``) and between looks for expired leases.
 HEARTBEAT_EVERY = 5.0
-#: Longest back-off while the database or broker is unreachable (seconds).
-MAX_BACKOFF = 30.0
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
@@ -224,7 +222,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
 
     def _backoff(self, what: str, exc: BaseException | None) -> float:
         self._failures += 1
-        delay = min(MAX_BACKOFF, 0.5 * 2.0 ** min(self._failures, 8))
+        # Never wait longer than the poll interval: recovery is noticed within one tick.
+        delay = min(self.config.poll_interval, 0.5 * 2.0 ** min(self._failures, 8))
         if exc is not None:
             # Never log the URL from the exception: drivers may include the password.
             logger.error(

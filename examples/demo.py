@@ -37,8 +37,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[demo] stored {record.name:<22} {record.timer_kind:<9} {record.timer}")
     store.close()
     command = [
-        sys.executable, "-m", "celery", "-A", "examples.demo_app", "worker", "-B",
-        "-S", "celery_cronstore.Scheduler", "--pool", "solo", "--loglevel", "INFO",
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "examples.demo_app",
+        "worker",
+        "-B",
+        "-S",
+        "celery_cronstore.Scheduler",
+        "--pool",
+        "solo",
+        "--loglevel",
+        "INFO",
     ]
     print("[demo] starting:", " ".join(command[2:]), flush=True)
     try:

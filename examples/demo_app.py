@@ -1,6 +1,6 @@
 """A Celery app on embedded defaults: SQLite store, filesystem broker, no servers.
 
-    celery -A examples.demo_app worker -B -S celery_cronstore.Scheduler --pool solo
+celery -A examples.demo_app worker -B -S celery_cronstore.Scheduler --pool solo
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ def reachable(url: str, default_port: int) -> bool:
     """Return whether a TCP connection to the URL's host and port opens."""
     parts = urlsplit(url.replace("+psycopg", "").replace("+pymysql", ""))
     try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or default_port), 2):
+        with socket.create_connection(
+            (parts.hostname or "127.0.0.1", parts.port or default_port), 2
+        ):
             return True
     except OSError:
         return False

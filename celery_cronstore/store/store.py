@@ -280,7 +280,9 @@ class Store:
 
     # -- reading state --------------------------------------------------------------------
 
-    def next_runs(self, name: str, n: int = 5, *, after: datetime | None = None) -> builtins.list[datetime]:
+    def next_runs(
+        self, name: str, n: int = 5, *, after: datetime | None = None
+    ) -> builtins.list[datetime]:
         """Return the next ``n`` fire times of a task (from its planned next run or ``after``)."""
         record = self.get(name)
         timer = _timer_of(record)

@@ -29,11 +29,13 @@ app.conf.update(
 @app.task(name="e2e.record", bind=True)
 def record(self, *args: object) -> None:  # type: ignore[no-untyped-def]
     """Append this delivery (task id, args, when, which worker) to the record file."""
-    line = json.dumps({
-        "task_id": self.request.id,
-        "args": list(args),
-        "at": time.time(),
-        "worker": self.request.hostname,
-    })
+    line = json.dumps(
+        {
+            "task_id": self.request.id,
+            "args": list(args),
+            "at": time.time(),
+            "worker": self.request.hostname,
+        }
+    )
     with open(os.environ["E2E_RECORD"], "a", encoding="utf-8") as out:
         out.write(line + "\n")

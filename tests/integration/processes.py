@@ -19,7 +19,9 @@ HERE = Path(__file__).parent
 def celery_env(broker: str, store: str, record: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
-        E2E_BROKER=broker, E2E_STORE=store, E2E_RECORD=str(record),
+        E2E_BROKER=broker,
+        E2E_STORE=store,
+        E2E_RECORD=str(record),
         PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
         **extra,
     )
@@ -27,17 +29,24 @@ def celery_env(broker: str, store: str, record: Path, **extra: str) -> dict[str,
 
 
 @contextmanager
-def running(commands: list[list[str]], env: dict[str, str], logs: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+def running(
+    commands: list[list[str]], env: dict[str, str], logs: Path
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Run each command as a `python -m celery -A e2e_app ...` process; stop all after."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for index, args in enumerate(commands):
             with open(logs / f"proc{index}-{args[0]}.log", "wb") as log:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "celery", "-A", "e2e_app", *args],
-                    env=env, stdout=log, stderr=subprocess.STDOUT, cwd=logs,
-                    start_new_session=True,
-                ))
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "celery", "-A", "e2e_app", *args],
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        cwd=logs,
+                        start_new_session=True,
+                    )
+                )
         yield procs
     finally:
         for proc in procs:
@@ -57,8 +66,18 @@ def beat(extra: tuple[str, ...] = (), scheduler: str = "celery_cronstore.Schedul
 
 
 def worker(name: str, pool: str = "solo") -> list[str]:
-    return ["worker", "--pool", pool, "--loglevel", "INFO", "-n", f"{name}@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    return [
+        "worker",
+        "--pool",
+        pool,
+        "--loglevel",
+        "INFO",
+        "-n",
+        f"{name}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
 
 
 def deliveries(record: Path) -> list[dict[str, Any]]:

@@ -94,8 +94,7 @@ def test_misfire_run_once_fires_the_latest_and_records_the_rest(
     history = store.history("a")
     missed = [f for f in history if f.state == "missed"]
     assert len(missed) == 1
-    assert (missed[0].fire_time, missed[0].fire_until, missed[0].fire_count) == (
-        at(10), at(80), 8)
+    assert (missed[0].fire_time, missed[0].fire_until, missed[0].fire_count) == (at(10), at(80), 8)
     assert "misfire policy run_once" in (missed[0].reason or "")
     assert store.get("a").next_run == at(100)
 
@@ -106,7 +105,8 @@ def test_misfire_run_all_is_capped(store: Store, clock: FrozenClock) -> None:
     result = Claimer(store, "b1").claim_due()
     assert [c.fire_time for c in result.claims] == [at(70), at(80), at(90)]
     assert [(f.fire_time, f.fire_count) for f in store.history("a") if f.state == "missed"] == [
-        (at(10), 6)]
+        (at(10), 6)
+    ]
 
 
 def test_misfire_skip_records_late_fires_and_publishes_none(
@@ -131,9 +131,7 @@ def test_starting_deadline_expires_a_late_fire(store: Store, clock: FrozenClock)
     assert states(store, "a")[-1] == (at(20), "expired", 1)
 
 
-def test_overlap_skip_holds_back_while_a_run_is_in_flight(
-    store: Store, clock: FrozenClock
-) -> None:
+def test_overlap_skip_holds_back_while_a_run_is_in_flight(store: Store, clock: FrozenClock) -> None:
     store.add("a", task="t", timer="*:*:0/10", overlap_policy="skip")
     claimer = Claimer(store, "b1")
     clock.set(at(10))
@@ -175,31 +173,44 @@ def test_a_bad_row_is_put_in_error_and_the_others_still_fire(
     store.add("bad-json", task="t", timer="*:*:0/10")
     store.add("bad-zone", task="t", timer="*:*:0/10")
     with store.begin() as conn:
-        conn.execute(sa.text("UPDATE cronstore_periodic_task SET timer = '*-*-* 99:00', "
-                             "next_run = :t WHERE name = 'bad-timer'"), {"t": at(10)})
-        conn.execute(sa.text("UPDATE cronstore_periodic_task SET args = '[1,' "
-                             "WHERE name = 'bad-json'"))
-        conn.execute(sa.text("UPDATE cronstore_periodic_task SET tz = 'Mars/Olympus', "
-                             "next_run = :t WHERE name = 'bad-zone'"), {"t": at(10)})
+        conn.execute(
+            sa.text(
+                "UPDATE cronstore_periodic_task SET timer = '*-*-* 99:00', "
+                "next_run = :t WHERE name = 'bad-timer'"
+            ),
+            {"t": at(10)},
+        )
+        conn.execute(
+            sa.text("UPDATE cronstore_periodic_task SET args = '[1,' WHERE name = 'bad-json'")
+        )
+        conn.execute(
+            sa.text(
+                "UPDATE cronstore_periodic_task SET tz = 'Mars/Olympus', "
+                "next_run = :t WHERE name = 'bad-zone'"
+            ),
+            {"t": at(10)},
+        )
     clock.set(at(10))
     result = Claimer(store, "b1").claim_due()
     assert [c.name for c in result.claims] == ["good"]
     errors = dict(result.errors)
     assert set(errors) == {"bad-timer", "bad-json", "bad-zone"}
-    assert "99" in errors["bad-timer"] and "Mars/Olympus" in errors["bad-zone"]
+    assert "99" in errors["bad-timer"]
+    assert "Mars/Olympus" in errors["bad-zone"]
     assert "args is not valid JSON" in errors["bad-json"]
     assert store.status("bad-zone").error == errors["bad-zone"]
     assert store.get("bad-timer").next_run is None
 
 
-def test_rows_inserted_by_raw_sql_are_planned_then_fired(
-    store: Store, clock: FrozenClock
-) -> None:
+def test_rows_inserted_by_raw_sql_are_planned_then_fired(store: Store, clock: FrozenClock) -> None:
     with store.begin() as conn:
-        conn.execute(sa.text(
-            "INSERT INTO cronstore_periodic_task (name, task, timer_kind, timer, "
-            "created_at, updated_at) VALUES ('raw', 't', 'cron', '* * * * *', :t, :t)"),
-            {"t": T0})
+        conn.execute(
+            sa.text(
+                "INSERT INTO cronstore_periodic_task (name, task, timer_kind, timer, "
+                "created_at, updated_at) VALUES ('raw', 't', 'cron', '* * * * *', :t, :t)"
+            ),
+            {"t": T0},
+        )
     assert store.get("raw").next_run == EPOCH
     claimer = Claimer(store, "b1")
     assert claimer.claim_due().claims == []  # planned, not fired
@@ -217,9 +228,7 @@ def test_allowlist_stops_unlisted_tasks(store: Store, clock: FrozenClock) -> Non
     assert "not in cronstore_task_allowlist" in dict(result.errors)["evil"]
 
 
-def test_concurrent_claimers_claim_each_fire_exactly_once(
-    store: Store, clock: FrozenClock
-) -> None:
+def test_concurrent_claimers_claim_each_fire_exactly_once(store: Store, clock: FrozenClock) -> None:
     for i in range(40):
         store.add(f"t{i}", task="t", timer="*:*:0/10")
     clock.set(at(10))

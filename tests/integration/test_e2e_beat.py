@@ -13,20 +13,26 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from processes import beat, celery_env, deliveries, running, wait_for, worker
 
 from celery_cronstore.store import Store
-from processes import beat, celery_env, deliveries, running, wait_for, worker
 
 pytestmark = pytest.mark.slow
 
 COMBOS = [
     pytest.param("redis", "sqlite", marks=pytest.mark.redis, id="redis-sqlite"),
-    pytest.param("redis", "postgres", marks=[pytest.mark.redis, pytest.mark.postgres],
-                 id="redis-postgres"),
-    pytest.param("rabbitmq", "mysql", marks=[pytest.mark.rabbitmq, pytest.mark.mysql],
-                 id="rabbitmq-mysql"),
-    pytest.param("rabbitmq", "postgres", marks=[pytest.mark.rabbitmq, pytest.mark.postgres],
-                 id="rabbitmq-postgres"),
+    pytest.param(
+        "redis", "postgres", marks=[pytest.mark.redis, pytest.mark.postgres], id="redis-postgres"
+    ),
+    pytest.param(
+        "rabbitmq", "mysql", marks=[pytest.mark.rabbitmq, pytest.mark.mysql], id="rabbitmq-mysql"
+    ),
+    pytest.param(
+        "rabbitmq",
+        "postgres",
+        marks=[pytest.mark.rabbitmq, pytest.mark.postgres],
+        id="rabbitmq-postgres",
+    ),
 ]
 
 
@@ -66,8 +72,9 @@ def test_beat_fires_on_time_sees_edits_and_stops_when_disabled(
         store.disable("every-2s")
         disabled_at = store.now()
         before = len(deliveries(record))
-        wait_for(lambda: len(deliveries(record)) >= before + 2, 15, "the interval to go on",
-                 tmp_path)
+        wait_for(
+            lambda: len(deliveries(record)) >= before + 2, 15, "the interval to go on", tmp_path
+        )
 
     got = deliveries(record)
     by_id = Counter(d["task_id"] for d in got)

@@ -6,6 +6,7 @@ duplicates). The run length is CRONSTORE_E2E_SECONDS (default 60).
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 import uuid
@@ -14,9 +15,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from processes import beat, celery_env, deliveries, running, wait_for, worker
 
 from celery_cronstore.store import Store
-from processes import beat, celery_env, deliveries, running, wait_for, worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
@@ -30,10 +31,13 @@ TIMERS = {
 }
 
 
-@pytest.mark.parametrize("store_kind", [
-    pytest.param("postgres", marks=pytest.mark.postgres),
-    pytest.param("mysql", marks=pytest.mark.mysql),
-])
+@pytest.mark.parametrize(
+    "store_kind",
+    [
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ],
+)
 def test_three_replicas_publish_every_fire_exactly_once(
     request: pytest.FixtureRequest, tmp_path: Path, redis_url: str, store_kind: str
 ) -> None:
@@ -47,8 +51,7 @@ def test_three_replicas_publish_every_fire_exactly_once(
         store.add(name, task="e2e.record", timer=timer, args=[name])
     record = tmp_path / "record.jsonl"
     env = celery_env(redis_url, url, record, E2E_QUEUE=f"replicas-{uuid.uuid4().hex[:8]}")
-    commands = [worker("w1", pool="threads"), worker("w2", pool="threads"),
-                beat(), beat(), beat()]
+    commands = [worker("w1", pool="threads"), worker("w2", pool="threads"), beat(), beat(), beat()]
     with running(commands, env, tmp_path):
         wait_for(lambda: len(deliveries(record)) >= 5, 40, "the first fires", tmp_path)
         start = store.now()
@@ -66,7 +69,7 @@ def test_three_replicas_publish_every_fire_exactly_once(
     assert set(per_id) <= set(fires), "a delivery has no ledger row"
     beats = {f.claimed_by for f in fires.values()}
     assert len(beats) >= 2, f"only {beats} claimed: the replicas did not share the work"
-    for name, timer in TIMERS.items():
+    for name in TIMERS:
         # Inside the observed window every grid point is in the ledger exactly once...
         times = sorted(f.fire_time for f in fires.values() if f.name == name)
         assert len(times) == len(set(times))
@@ -74,7 +77,7 @@ def test_three_replicas_publish_every_fire_exactly_once(
         window = [t for t in times if start <= t <= end]
         expected = int((end - start).total_seconds() // step) - 1
         assert len(window) >= expected, f"{name}: {len(window)} fires, expected ~{expected}"
-        gaps = [b - a for a, b in zip(window, window[1:])]
+        gaps = [b - a for a, b in itertools.pairwise(window)]
         assert all(g == timedelta(seconds=step) for g in gaps), f"{name} lost fires: {gaps}"
         # ... and each of them was delivered exactly once.
         delivered = {fires[i].fire_time for i in per_id if fires[i].name == name}

@@ -30,9 +30,16 @@ def store(db_url: str, clock: FrozenClock) -> Iterator[Store]:
 
 def test_add_and_get_round_trip_every_field(store: Store) -> None:
     added = store.add(
-        "poll-mailbox-42", task="mail.poll", timer="*:0/5", kind="calendar", args=[42],
-        kwargs={"full": True}, options={"queue": "mail", "priority": 3},
-        owner=("mail_channel", 42), tz="Europe/Berlin", description="poll it",
+        "poll-mailbox-42",
+        task="mail.poll",
+        timer="*:0/5",
+        kind="calendar",
+        args=[42],
+        kwargs={"full": True},
+        options={"queue": "mail", "priority": 3},
+        owner=("mail_channel", 42),
+        tz="Europe/Berlin",
+        description="poll it",
     )
     got = store.get("poll-mailbox-42")
     assert got == added
@@ -42,7 +49,9 @@ def test_add_and_get_round_trip_every_field(store: Store) -> None:
     assert (got.timer_kind, got.timer, got.tz) == ("calendar", "*-*-* *:00/5:00", "Europe/Berlin")
     assert got.next_run == datetime(2026, 3, 29, 0, 0, tzinfo=timezone.utc)
     assert got.next_run.tzinfo is timezone.utc
-    assert got.created_at == T0 and got.enabled and got.source == "api"
+    assert got.created_at == T0
+    assert got.enabled
+    assert got.source == "api"
 
 
 def test_kind_is_detected_when_omitted(store: Store) -> None:
@@ -100,7 +109,8 @@ def test_list_filters(store: Store) -> None:
 def test_update_retimes_and_replans(store: Store, clock: FrozenClock) -> None:
     store.add("a", task="t", timer="daily")
     updated = store.update("a", timer="*:0/15", args=[1])
-    assert updated.timer == "*-*-* *:00/15:00" and updated.args == [1]
+    assert updated.timer == "*-*-* *:00/15:00"
+    assert updated.args == [1]
     assert updated.next_run == datetime(2026, 3, 29, 0, 0, tzinfo=timezone.utc)
     assert updated.version == 2
     with pytest.raises(TimerSyntaxError):
@@ -116,7 +126,8 @@ def test_disable_enable(store: Store, clock: FrozenClock) -> None:
     assert store.get("a").next_run is None
     clock.advance(seconds=95)
     enabled = store.enable("a")
-    assert enabled.enabled and enabled.next_run == datetime(
+    assert enabled.enabled
+    assert enabled.next_run == datetime(
         2026, 3, 29, 0, 0, 10, tzinfo=timezone.utc
     )
 
@@ -156,11 +167,23 @@ HOSTILE = [
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_hostile_strings_are_stored_verbatim(store: Store, text: str) -> None:
-    store.add(text, task=text, timer="hourly", args=[text], kwargs={text: text},
-              owner=(text[:100], text), description=text)
+    store.add(
+        text,
+        task=text,
+        timer="hourly",
+        args=[text],
+        kwargs={text: text},
+        owner=(text[:100], text),
+        description=text,
+    )
     got = store.get(text)
     assert (got.name, got.task, got.args, got.kwargs, got.description) == (
-        text, text, [text], {text: text}, text)
+        text,
+        text,
+        [text],
+        {text: text},
+        text,
+    )
     assert got.owner == (text[:100], text)
     assert [t.name for t in store.list(owner=(text[:100], text))] == [text]
 
@@ -179,8 +202,11 @@ def test_schema_is_at_head_and_matches_the_models(store: Store) -> None:
     store.check_schema()
     with store.engine.connect() as conn:
         context = MigrationContext.configure(conn)
-        diff = [d for d in compare_metadata(context, metadata)
-                if not (isinstance(d, tuple) and d[0] == "remove_table")]
+        diff = [
+            d
+            for d in compare_metadata(context, metadata)
+            if not (isinstance(d, tuple) and d[0] == "remove_table")
+        ]
     assert diff == []
 
 

@@ -77,7 +77,8 @@ def test_lazy_construction_touches_nothing(app: Celery, url: str, tmp_path: Path
 def test_banner_hides_the_password(app: Celery) -> None:
     app.conf.cronstore_url = "postgresql+psycopg://beat:s3cret@db.example/app"
     info = Scheduler(app, lazy=True).info
-    assert "s3cret" not in info and "beat:***@db.example/app" in info
+    assert "s3cret" not in info
+    assert "beat:***@db.example/app" in info
 
 
 def test_tick_publishes_due_fires_with_their_ledger_task_id(
@@ -125,9 +126,7 @@ def test_database_outage_backs_off_and_publishes_nothing(app: Celery, tmp_path: 
     assert sent(app) == []
 
 
-def test_beat_schedule_is_synced_and_stale_entries_removed(
-    app: Celery, store: Store
-) -> None:
+def test_beat_schedule_is_synced_and_stale_entries_removed(app: Celery, store: Store) -> None:
     app.conf.timezone = "Europe/Berlin"
     app.conf.beat_schedule = {
         "every-30s": {"task": "x.a", "schedule": 30.0, "args": (1,)},

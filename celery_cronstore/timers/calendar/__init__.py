@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone, tzinfo
 
+from celery_cronstore.errors import TimerSearchError
 from celery_cronstore.timers.base import Timer, require_aware, resolve_zone
 from celery_cronstore.timers.calendar.clock import LocalClock, days_from_civil
 from celery_cronstore.timers.calendar.describe import describe_spec
@@ -82,7 +83,12 @@ class CalendarTimer(Timer):
             return None
         after_us = (moment - _EPOCH) // _ONE_USEC
         found = next_elapse(self.spec, LocalClock(self._zone), after_us)
-        return None if found is None else _EPOCH + timedelta(microseconds=found)
+        if found is None:
+            return None
+        if found <= after_us:
+            # Guard the contract: never hand back a time that is not in the future.
+            raise TimerSearchError(f"search for {self} stepped back before {moment.isoformat()}")
+        return _EPOCH + timedelta(microseconds=found)
 
     def matches(self, instant: datetime) -> bool:
         """Return whether the local wall-clock reading of ``instant`` satisfies the event."""
