@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from celery_cronstore.beat_schedule import timer_from_entry
 from celery_cronstore.config import Config
 from celery_cronstore.errors import CronstoreError, DuplicateTaskError, SchemaVersionError
+from celery_cronstore.publish import publish
 from celery_cronstore.store import Claim, Claimer, Store
 from celery_cronstore.store.engine import redact
 
@@ -177,42 +178,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         return True
 
     def _send(self, claim: Claim, producer: Any) -> None:
-        options = dict(claim.options)
-        headers = dict(options.pop("headers", None) or {})
-        headers.update(
-            celery_beat_task=True,
-            cronstore_name=claim.name,
-            cronstore_fire_time=claim.fire_time.isoformat(),
-            cronstore_interval=claim.interval,
-        )
-        if claim.expires is not None:
-            options["expires"] = claim.expires
-        logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
-        task = self.app.tasks.get(claim.task)
-        # --- CronTask time box (added by the CronTask helper) ---
-        from celery_cronstore.task import CronTask
-
-        if isinstance(task, CronTask) and claim.interval and "soft_time_limit" not in options:
-            options["soft_time_limit"] = claim.interval / 2
-            if "time_limit" not in options:
-                # The hard limit (the only one gevent enforces) kills at the next fire.
-                options["time_limit"] = max(claim.interval, claim.interval / 2 + 1)
-        # --- end CronTask time box ---
-        call = task.apply_async if task is not None else self._send_by_name(claim.task)
-        call(
-            args=claim.args,
-            kwargs=claim.kwargs,
-            task_id=claim.task_id,
-            producer=producer,
-            headers=headers,
-            **options,
-        )
-
-    def _send_by_name(self, name: str) -> Any:
-        def send(**kwargs: Any) -> Any:
-            return self.app.send_task(name, **kwargs)
-
-        return send
+        publish(self.app, claim, producer)
 
     def _report(self, errors: list[tuple[str, str]]) -> None:
         for item in errors:

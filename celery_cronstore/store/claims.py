@@ -24,7 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from celery_cronstore.errors import TimerError
+from celery_cronstore.errors import TaskNotFoundError, TimerError
 from celery_cronstore.store.records import Claim, PeriodicTask
 from celery_cronstore.store.rows import json_problems, to_task
 from celery_cronstore.store.schema import beat, fire, periodic_task
@@ -366,6 +366,27 @@ class Claimer:
                 if result.rowcount == 1 and "state" not in values:
                     claims.append(claim)
         return claims
+
+    def claim_now(self, name: str) -> Claim:
+        """Claim an extra fire of task ``name`` at the database's now (``run-now``).
+
+        The fire gets its own ledger row and task id like any other; the caller publishes
+        it and calls :meth:`mark_published`. Works for disabled tasks too.
+        """
+        with self.store.begin() as conn:
+            now = self.store.now(conn)
+            row = conn.execute(sa.select(periodic_task).where(_PT.name == name)).first()
+            if row is None:
+                raise TaskNotFoundError(f"no periodic task named {name!r}")
+            task = to_task(row)
+            try:
+                timer: Timer | None = _timer(task.timer_kind, task.timer, task.tz)
+            except (TimerError, ValueError):
+                timer = None
+            entry = self._entry(task, now, now)
+            entry["reason"] = "run-now requested"
+            conn.execute(sa.insert(fire).values(**entry))
+            return self._claim(task, now, entry, timer)
 
     def heartbeat(self, started_at: datetime) -> datetime:
         """Record that this beat ticked (for ``cronstore health``); return the db time."""

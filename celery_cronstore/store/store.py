@@ -16,7 +16,7 @@ from celery_cronstore.store import migrate
 from celery_cronstore.store.engine import Clock, create_store_engine, db_now, probe, redact
 from celery_cronstore.store.records import Fire, PeriodicTask, Status
 from celery_cronstore.store.rows import FIRE_COLUMNS, check_values, owner_values, to_fire, to_task
-from celery_cronstore.store.schema import VERSION_TABLE, fire, metadata, periodic_task
+from celery_cronstore.store.schema import VERSION_TABLE, beat, fire, metadata, periodic_task
 from celery_cronstore.store.types import dumps
 from celery_cronstore.timers import Timer, parse_timer
 
@@ -342,6 +342,14 @@ class Store:
             last_run=record.last_run,
             error=record.error,
         )
+
+    def beats(self) -> builtins.list[tuple[str, datetime, datetime]]:
+        """Return every beat that ever ticked: (node, started at, last tick), newest first."""
+        query = sa.select(beat.c.node, beat.c.started_at, beat.c.last_tick).order_by(
+            beat.c.last_tick.desc()
+        )
+        with self.engine.connect() as conn:
+            return [(r.node, r.started_at, r.last_tick) for r in conn.execute(query)]
 
     def checkpoint(self, name: str, state: Any) -> None:
         """Store a small JSON ``state`` on a task; its next CronTask run sees it."""

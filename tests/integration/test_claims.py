@@ -253,3 +253,25 @@ def test_concurrent_claimers_claim_each_fire_exactly_once(store: Store, clock: F
         thread.join()
     assert errors == []
     assert sorted(claimed) == sorted((f"t{i}", at(10)) for i in range(40))
+
+
+def test_run_now_claims_an_extra_fire_with_its_own_id(store: Store, clock: FrozenClock) -> None:
+    store.add("a", task="t", timer="daily", enabled=False)
+    clock.set(at(7.25))
+    claimer = Claimer(store, "cli")
+    claim = claimer.claim_now("a")
+    assert (claim.name, claim.fire_time) == ("a", at(7.25))
+    assert claimer.mark_published([claim]) == 1
+    (row,) = store.history("a")
+    assert (row.state, row.reason, row.task_id) == ("published", "run-now requested", claim.task_id)
+
+
+def test_heartbeats_are_recorded_per_beat(store: Store, clock: FrozenClock) -> None:
+    Claimer(store, "b1").heartbeat(T0)
+    clock.set(at(5))
+    Claimer(store, "b2").heartbeat(T0)
+    Claimer(store, "b1").heartbeat(T0)
+    assert sorted((node, last) for node, _, last in store.beats()) == [
+        ("b1", at(5)),
+        ("b2", at(5)),
+    ]

@@ -7,6 +7,7 @@ headers beat sets), eagerly in this process, against a store on ``db_url``.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -349,3 +350,25 @@ def test_a_run_without_headers_gets_a_deadline_from_its_soft_limit(env: Env) -> 
     assert call["deadline"] is not None
     assert 29 < call["time_left"] <= 30
     assert call["resume"] is None
+
+
+def test_beat_sends_a_crontask_with_its_time_box(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from celery_cronstore.scheduler import Scheduler
+
+    env.add()
+    claim = env.claim(at(60))
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(env.task, "apply_async", lambda **options: sent.append(options))
+    beat = SimpleNamespace(app=env.app)
+    Scheduler._send(beat, claim, producer=None)
+    (options,) = sent
+    assert options["task_id"] == claim.task_id
+    assert (options["soft_time_limit"], options["time_limit"]) == (30.0, 60.0)
+    assert options["headers"]["cronstore_interval"] == 60.0
+    # An explicit soft limit in the periodic task's options wins.
+    sent.clear()
+    Scheduler._send(beat, replace(claim, options={"soft_time_limit": 5}), producer=None)
+    assert sent[0]["soft_time_limit"] == 5
+    assert "time_limit" not in sent[0]

@@ -62,8 +62,9 @@ class LocalClock:
         if self.zone is None:
             return (0, False)
         bucket = t // 3600
-        hit = self._cache.get(bucket, False)
-        if hit is False:
+        if bucket in self._cache:
+            hit = self._cache[bucket]
+        else:
             # Cache whole hours whose two ends agree: zones never change twice in an hour.
             first = self._exact(bucket * 3600)
             hit = first if first == self._exact(bucket * 3600 + 3599) else None

@@ -74,7 +74,7 @@ Chain = tuple[Component, ...]
 
 
 def normalize_chain(components: list[Component]) -> Chain:
-    """Return the chain in canonical order: trimmed ranges, useless repeats dropped, deduplicated."""
+    """Return the chain in canonical order: ranges trimmed, idle repeats dropped, no duplicates."""
     cleaned: dict[tuple[int, int, int], Component] = {}
     for comp in components:
         start, stop, repeat = comp.start, comp.stop, comp.repeat
@@ -95,7 +95,9 @@ def _show(value: int, unit: int) -> str:
     return f"{whole}.{frac:06d}".rstrip("0").rstrip(".") if frac else str(whole)
 
 
-def validate_chain(info: FieldInfo, chain: Chain | None, *, last_day: bool, expression: str) -> None:
+def validate_chain(
+    info: FieldInfo, chain: Chain | None, *, last_day: bool, expression: str
+) -> None:
     """Raise TimerSyntaxError unless every component of ``chain`` can fire within ``info``."""
     if chain is None:
         return
@@ -123,9 +125,7 @@ def validate_chain(info: FieldInfo, chain: Chain | None, *, last_day: bool, expr
                 raise fail(f"{name} {_show(stop, unit)} is out of range {lo}..{shown_hi}")
             if start + repeat > stop:
                 raise fail(f"{name} range {_show(start, unit)}..{_show(stop, unit)} is empty")
-        elif last_day and start - repeat < lo:
-            raise fail(f"{name} repetition never fires within {lo}..{shown_hi}")
-        elif not last_day and start + repeat > hi:
+        elif (start - repeat < lo) if last_day else (start + repeat > hi):
             raise fail(f"{name} repetition never fires within {lo}..{shown_hi}")
 
 

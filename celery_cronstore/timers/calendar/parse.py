@@ -103,7 +103,9 @@ class _Parser:
         i = self.pos + offset
         return self.text[i] if i < len(self.text) else ""
 
-    def error(self, reason: str, pos: int | None = None, token: str | None = None) -> TimerSyntaxError:
+    def error(
+        self, reason: str, pos: int | None = None, token: str | None = None
+    ) -> TimerSyntaxError:
         at = self.pos if pos is None else pos
         if token is None:
             end = at
@@ -132,13 +134,16 @@ class _Parser:
         first = True
         while True:
             word_pos = self.pos
-            for name, number in _WEEKDAYS:
-                if _ascii_lower(self.text[self.pos : self.pos + len(name)]) == name:
-                    break
-            else:
+            found = [
+                (name, number)
+                for name, number in _WEEKDAYS
+                if _ascii_lower(self.text[self.pos : self.pos + len(name)]) == name
+            ]
+            if not found:
                 if first:
                     return
                 raise self.error("expected a weekday name")
+            name, number = found[0]
             self.pos += len(name)
             sep = self.peek()
             if sep not in ("", "-", ".", ",", " "):

@@ -240,21 +240,18 @@ def generate_expressions(count: int, seed: int = 20260329) -> list[str]:
         if roll < 0.35:
             sep = "~" if rng.random() < 0.15 else "-"
             year = _random_chain(rng, 2024, 2040) if rng.random() < 0.7 else "*"
-            pieces.append(
-                f"{year}-{_random_chain(rng, 1, 12, 2)}{sep}{_random_chain(rng, 1, 28 if sep == '~' else 31, 2)}"
-            )
+            days = _random_chain(rng, 1, 28 if sep == "~" else 31, 2)
+            pieces.append(f"{year}-{_random_chain(rng, 1, 12, 2)}{sep}{days}")
         elif roll < 0.6:
             sep = "~" if rng.random() < 0.15 else "-"
-            pieces.append(
-                f"{_random_chain(rng, 1, 12, 2)}{sep}{_random_chain(rng, 1, 28 if sep == '~' else 31, 2)}"
-            )
+            days = _random_chain(rng, 1, 28 if sep == "~" else 31, 2)
+            pieces.append(f"{_random_chain(rng, 1, 12, 2)}{sep}{days}")
         roll = rng.random()
         if roll < 0.4:
             pieces.append(f"{_random_chain(rng, 0, 23, 2)}:{_random_chain(rng, 0, 59, 2)}")
         elif roll < 0.85:
-            pieces.append(
-                f"{_random_chain(rng, 0, 23, 2)}:{_random_chain(rng, 0, 59, 2)}:{_random_seconds(rng)}"
-            )
+            hour, minute = _random_chain(rng, 0, 23, 2), _random_chain(rng, 0, 59, 2)
+            pieces.append(f"{hour}:{minute}:{_random_seconds(rng)}")
         expression = " ".join(pieces) or "*:*"
         out.append(expression + rng.choice(zones))
     return out
@@ -301,7 +298,7 @@ def run_systemd(expressions: list[str], tz: str, base: datetime) -> dict[str, Sy
         else:
             blocks.append([])
     assert len(blocks) == len(expressions), proc.stdout[-2000:]
-    for expression, block in zip(expressions, blocks):
+    for expression, block in zip(expressions, blocks, strict=True):
         current = results[expression]
         for line in block:
             key, _, value = line.partition(": ")
@@ -309,9 +306,9 @@ def run_systemd(expressions: list[str], tz: str, base: datetime) -> dict[str, Sy
                 current.normalized = value
             elif key == "Next elapse" and value == "never":
                 current.elapses.append(None)
-            elif (key == "Next elapse" or key.startswith("Iter. #")) and tz == "UTC":
-                current.elapses.append(_stamp(value))
-            elif key == "(in UTC)":
+            elif key == "(in UTC)" or (
+                tz == "UTC" and (key == "Next elapse" or key.startswith("Iter. #"))
+            ):
                 current.elapses.append(_stamp(value))
     return results
 
@@ -351,7 +348,7 @@ def compare(expressions: list[str], tz: str, base: datetime) -> tuple[int, list[
     for expression, theirs in run_systemd(expressions, tz, base).items():
         normalized, elapses, failed = _ours(expression, tz, base)
         where = f"{expression!r} TZ={tz} base={base.isoformat()}"
-        if theirs.parse_failed or theirs.normalized is None and not theirs.search_failed:
+        if theirs.parse_failed or (theirs.normalized is None and not theirs.search_failed):
             if normalized is not None:
                 problems.append(f"{where}: systemd rejects, we accept as {normalized!r}")
             continue
@@ -394,6 +391,8 @@ def test_matches_systemd(tz: str) -> None:
         compared, found = compare(EXPRESSIONS, tz, base)
         total += compared
         problems += found
-    print(f"{tz}: {len(EXPRESSIONS)} expressions, {total} elapses compared, "
-          f"{len(DIVERGENCES)} systemd give-ups so far")
+    print(
+        f"{tz}: {len(EXPRESSIONS)} expressions, {total} elapses compared, "
+        f"{len(DIVERGENCES)} systemd give-ups so far"
+    )
     assert not problems, f"{len(problems)} mismatches:\n" + "\n".join(problems[:25])
