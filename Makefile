@@ -24,8 +24,10 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed  ## timers, the CronTask guard, beat at 1k..1M rows (needs PostgreSQL, Redis)
 	$(PY) benchmarks/timers.py
+	$(PY) benchmarks/guard.py
+	$(PY) benchmarks/beat.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache var

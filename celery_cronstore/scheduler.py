@@ -32,6 +32,8 @@ logger = logging.getLogger("celery.beat")
 
 #: Seconds between heartbeats (``cronstore health``) and between looks for expired leases.
 HEARTBEAT_EVERY = 5.0
+#: Messages sent per broker batch.
+PUBLISH_CHUNK = 250
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
@@ -107,7 +109,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
     def _ready(self) -> Claimer:
         if self.claimer is not None:
             return self.claimer
-        store = self.store or Store(self.config.url, **self.config.engine_options)
+        # No pre-ping for beat: a dead connection fails one tick, which backs off and
+        # retries anyway, and a ping would cost every idle tick a round trip.
+        options = {"pool_pre_ping": False, **self.config.engine_options}
+        store = self.store or Store(self.config.url, **options)
         self.store = store
         if self.config.is_sqlite and self.config.auto_migrate_sqlite:
             store.upgrade()
@@ -162,9 +167,15 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         sent: list[Claim] = []
         try:
             producer = self.producer
-            for claim in claims:
-                self._send(claim, producer)
-                sent.append(claim)
+            batch = getattr(producer, "batch", None)
+            for start in range(0, len(claims), PUBLISH_CHUNK):
+                chunk = claims[start : start + PUBLISH_CHUNK]
+                # kombu >= 5.7 pipelines a batch (Redis: one round trip instead of one per
+                # message); a failed flush leaves the whole chunk pending, same task ids.
+                with batch(max_size=PUBLISH_CHUNK) if batch else contextlib.nullcontext():
+                    for claim in chunk:
+                        self._send(claim, producer)
+                sent.extend(chunk)
         except Exception as exc:  # broker errors come in many types; none may kill beat
             self._pending = list(claims[len(sent) :])
             logger.error("beat: publishing failed (%s); %d fire(s) wait", exc, len(self._pending))

@@ -164,7 +164,6 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
     ``cronstore_retry_jitter``.
     """
 
-    abstract = True
     cronstore_retry_backoff: float = 2.0
     cronstore_retry_backoff_max: float = 600.0
     cronstore_retry_jitter: bool = False

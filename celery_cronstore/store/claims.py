@@ -25,6 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from celery_cronstore.errors import TaskNotFoundError, TimerError
+from celery_cronstore.store.engine import as_utc, now_expression
 from celery_cronstore.store.records import Claim, PeriodicTask
 from celery_cronstore.store.rows import json_problems, to_task
 from celery_cronstore.store.schema import beat, fire, periodic_task
@@ -43,7 +44,7 @@ _NAMESPACE = uuid.UUID("6f6b3d1e-4a43-4c8e-9d53-2f7d8a1c0b5e")
 #: Most grid points walked to count a backlog of missed fires.
 _BACKLOG_CAP = 100_000
 #: In-flight ledger states that make the overlap policy ``skip`` hold back a fire.
-_RUNNING = ("claimed", "started")
+_RUNNING = ("claimed", "started", "retrying")
 #: A run that started this long ago without finishing no longer blocks (worker died).
 _STALE_RUNNING = timedelta(hours=6)
 
@@ -55,7 +56,30 @@ def fire_task_id(periodic_task_id: int, name: str, fire_time: datetime) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _timer(kind: str, expression: str, tz: str) -> Timer:
-    return parse_timer(expression, kind=kind, tz=tz)
+    return _Memo(parse_timer(expression, kind=kind, tz=tz))
+
+
+class _Memo(Timer):
+    """A timer whose ``next_after`` answers are memoized (timers are pure).
+
+    Many rows share a timer and fall due at the same instant (every ``*/5`` task at :05),
+    and one claim asks the same question up to three times: answer it once.
+    """
+
+    def __init__(self, timer: Timer) -> None:
+        self.inner = timer
+        self.kind = timer.kind
+        self.tz_name = timer.tz_name
+        self._next = functools.lru_cache(maxsize=256)(timer.next_after)
+
+    def next_after(self, after: datetime) -> datetime | None:
+        return self._next(after)
+
+    def __str__(self) -> str:
+        return str(self.inner)
+
+    def describe(self) -> str:
+        return self.inner.describe()
 
 
 @dataclass(frozen=True)
@@ -93,11 +117,16 @@ class Claimer:
 
     def peek(self) -> tuple[datetime, datetime | None]:
         """Return (database now, earliest planned fire of any enabled task or ``None``)."""
-        query = sa.select(sa.func.min(_PT.next_run)).where(_PT.enabled == sa.true())
+        earliest = (
+            sa.select(sa.func.min(_PT.next_run)).where(_PT.enabled == sa.true()).scalar_subquery()
+        )
+        clock = now_expression(self.store.engine.dialect.name, self.store.clock)
         with self.store.engine.connect() as conn:
-            now = self.store.now(conn)
-            earliest = conn.execute(query).scalar_one_or_none()
-        return now, earliest
+            if clock is None:  # SQLite or an injected clock: the host's notion of now
+                return self.store.now(conn), conn.execute(sa.select(earliest)).scalar_one()
+            # One round trip for both: the idle tick is this statement and nothing else.
+            row = conn.execute(sa.select(clock, earliest)).one()
+        return as_utc(row[0]), row[1]
 
     # -- claiming -------------------------------------------------------------------------
 

@@ -12,7 +12,18 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.pool import StaticPool
 
-__all__ = ["Dialect", "create_store_engine", "db_now", "redact"]
+__all__ = [
+    "WRITE_OPTION",
+    "Dialect",
+    "as_utc",
+    "create_store_engine",
+    "db_now",
+    "now_expression",
+    "redact",
+]
+
+#: Execution option marking a transaction that writes (SQLite: ``BEGIN IMMEDIATE``).
+WRITE_OPTION = "cronstore_write"
 
 Clock = Callable[[], datetime]
 
@@ -66,7 +77,10 @@ def create_store_engine(url: str, **options: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers take the lock up front so a read-then-claim is atomic across processes;
+        # readers (beat's idle peek) must not queue behind writers for it.
+        write = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
 
@@ -85,19 +99,34 @@ def probe(engine: Engine) -> Dialect:
     return Dialect(name, skip_locked=False)
 
 
-def db_now(conn: sa.Connection, clock: Clock | None = None) -> datetime:
-    """Return the database's current time as aware UTC (SQLite: the host's; or ``clock``)."""
+def now_expression(dialect: str, clock: Clock | None = None) -> sa.ColumnElement[Any] | None:
+    """Return the SQL for the database's current time, or ``None`` to use the host clock.
+
+    ``None`` for SQLite (the host is the database's clock) and when a clock is injected.
+    """
     if clock is not None:
-        return clock().astimezone(timezone.utc)
-    name = conn.dialect.name
-    if name == "postgresql":
-        value = conn.exec_driver_sql("SELECT clock_timestamp()").scalar_one()
-    elif name in ("mysql", "mariadb"):
-        value = conn.exec_driver_sql("SELECT UTC_TIMESTAMP(6)").scalar_one()
-    else:
-        return datetime.now(timezone.utc)
+        return None
+    if dialect == "postgresql":
+        return sa.func.clock_timestamp()
+    if dialect in ("mysql", "mariadb"):
+        return sa.func.utc_timestamp(sa.literal_column("6"))
+    return None
+
+
+def as_utc(value: object) -> datetime:
+    """Return a clock value read from the database as aware UTC (naive values are UTC)."""
     if not isinstance(value, datetime):
         raise TypeError(f"database clock returned {value!r}")
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc)
+
+
+def db_now(conn: sa.Connection, clock: Clock | None = None) -> datetime:
+    """Return the database's current time as aware UTC (SQLite: the host's; or ``clock``)."""
+    if clock is not None:
+        return clock().astimezone(timezone.utc)
+    expression = now_expression(conn.dialect.name)
+    if expression is None:
+        return datetime.now(timezone.utc)
+    return as_utc(conn.execute(sa.select(expression)).scalar_one())

@@ -41,15 +41,15 @@ def current_revision(conn: sa.Connection) -> str | None:
     return context.get_current_revision()
 
 
-def upgrade(engine: sa.Engine, revision: str = "head") -> None:
-    """Apply the package's migrations up to ``revision``."""
+def upgrade(engine: sa.Engine, revision: str = "head", *, downgrade: bool = False) -> None:
+    """Apply the package's migrations up to ``revision`` (or down to it)."""
     from alembic import command
 
     # Alembic logs its dialect banner at INFO on every start; beat logs at INFO too.
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
     with engine.begin() as conn:
-        command.upgrade(_config(conn), revision)
+        (command.downgrade if downgrade else command.upgrade)(_config(conn), revision)
 
 
 def check_schema(engine: sa.Engine) -> None:

@@ -24,6 +24,7 @@ FIRE_STATES = (
     "claimed",  # beat committed the claim; publishing
     "published",  # sent to the broker
     "started",  # a CronTask run began
+    "retrying",  # a started fire waiting for its Celery retry (same task id)
     "succeeded",
     "failed",
     "timed_out",  # a CronTask run hit its time box

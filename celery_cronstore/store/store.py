@@ -13,10 +13,17 @@ from sqlalchemy.exc import IntegrityError
 
 from celery_cronstore.errors import DuplicateTaskError, TaskNotFoundError
 from celery_cronstore.store import migrate
-from celery_cronstore.store.engine import Clock, create_store_engine, db_now, probe, redact
+from celery_cronstore.store.engine import (
+    WRITE_OPTION,
+    Clock,
+    create_store_engine,
+    db_now,
+    probe,
+    redact,
+)
 from celery_cronstore.store.records import Fire, PeriodicTask, Status
 from celery_cronstore.store.rows import FIRE_COLUMNS, check_values, owner_values, to_fire, to_task
-from celery_cronstore.store.schema import VERSION_TABLE, beat, fire, metadata, periodic_task
+from celery_cronstore.store.schema import VERSION_TABLE, beat, fire, periodic_task
 from celery_cronstore.store.types import dumps
 from celery_cronstore.timers import Timer, parse_timer
 
@@ -79,17 +86,17 @@ class Store:
         migrate.check_schema(self.engine)
 
     def drop_all(self) -> None:
-        """Drop every cronstore table (tests and uninstall only)."""
+        """Drop every cronstore table, trigger and the version table (tests, uninstall)."""
+        migrate.upgrade(self.engine, "base", downgrade=True)
         with self.engine.begin() as conn:
-            metadata.drop_all(conn)
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
 
     # -- helpers --------------------------------------------------------------------------
 
     @contextmanager
     def begin(self) -> Iterator[sa.Connection]:
-        """Yield a connection inside a transaction (commit on success)."""
-        with self.engine.begin() as conn:
+        """Yield a connection inside a write transaction (commit on success)."""
+        with self.engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
             yield conn
 
     def now(self, conn: sa.Connection | None = None) -> datetime:

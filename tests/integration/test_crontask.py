@@ -7,8 +7,8 @@ headers beat sets), eagerly in this process, against a store on ``db_url``.
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
