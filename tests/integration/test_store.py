@@ -127,9 +127,7 @@ def test_disable_enable(store: Store, clock: FrozenClock) -> None:
     clock.advance(seconds=95)
     enabled = store.enable("a")
     assert enabled.enabled
-    assert enabled.next_run == datetime(
-        2026, 3, 29, 0, 0, 10, tzinfo=timezone.utc
-    )
+    assert enabled.next_run == datetime(2026, 3, 29, 0, 0, 10, tzinfo=timezone.utc)
 
 
 def test_remove_and_owner_ties(store: Store) -> None:
