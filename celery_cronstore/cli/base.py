@@ -1,0 +1,219 @@
+"""What every ``celery cronstore`` command shares: the app and store, errors, output.
+
+Errors never reach the user as a traceback: :class:`Command` turns every exception into
+one ``Error: ...`` line (with every password scrubbed) and an exit status:
+
+* 1: the operation failed (no such task, duplicate name, schema out of date, database or
+  broker unreachable, unhealthy);
+* 2: bad input (a timer that does not parse, a bad value or option, bad JSON).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from typing import Any
+
+import click
+from celery.bin.base import CeleryCommand, CLIContext
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from celery_cronstore.errors import (
+    CronstoreError,
+    DuplicateTaskError,
+    SchemaVersionError,
+    TaskNotFoundError,
+    TimerSyntaxError,
+)
+from celery_cronstore.store import Store
+from celery_cronstore.timers.once import format_instant
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "BadInputError",
+    "Command",
+    "CommandError",
+    "Settings",
+    "command_error",
+    "emit_json",
+    "fmt_time",
+    "get_app",
+    "get_settings",
+    "get_store",
+    "scrub",
+    "table",
+    "to_json",
+]
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+#: ``scheme://user:password@`` in any text (exception messages, driver errors).
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)[^\s@/]*@")
+#: ``password=...`` in libpq-style connection strings and driver messages.
+_KEY_PASSWORD = re.compile(r"(?i)(?P<head>\b(?:password|passwd|pwd)\s*[=:]\s*)[^\s,;)'\"]+")
+
+
+class CommandError(click.ClickException):
+    """The operation failed: one line on stderr, exit status 1 (never a traceback)."""
+
+    exit_code = EXIT_FAILED
+
+
+class BadInputError(CommandError):
+    """The input was bad: one line on stderr, exit status 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+def command_error(message: str, exit_code: int = EXIT_FAILED) -> CommandError:
+    """Return the error to raise for ``message`` with exit status ``exit_code`` (1 or 2)."""
+    return BadInputError(message) if exit_code == EXIT_BAD_INPUT else CommandError(message)
+
+
+@dataclass
+class Settings:
+    """The group's options plus the lazily opened store of one invocation."""
+
+    as_json: bool = False
+    zone: tzinfo | None = None
+    store: Store | None = None
+    secrets: list[str] = field(default_factory=list)
+
+
+def get_settings(ctx: click.Context) -> Settings:
+    settings = ctx.meta.get("cronstore")
+    if not isinstance(settings, Settings):
+        settings = ctx.meta["cronstore"] = Settings()
+    return settings
+
+
+def get_app(ctx: click.Context) -> Any:
+    """Return the Celery app ``celery -A`` resolved (or the test's ``CLIContext``)."""
+    obj = ctx.find_object(CLIContext)
+    if obj is None:
+        raise CommandError("no Celery app: run this as `celery -A <module> cronstore ...`")
+    return obj.app
+
+
+def _passwords(app: Any) -> list[str]:
+    """Every password in the app's store and broker URLs (to scrub them from messages)."""
+    found: list[str] = []
+    for key in ("cronstore_url", "broker_url", "result_backend"):
+        try:
+            value = app.conf.get(key)
+            password = make_url(value).password if isinstance(value, str) else None
+        except Exception:  # not an SQLAlchemy URL (amqp://...): the regex still covers it
+            password = None
+        if password:
+            found.append(str(password))
+    return found
+
+
+def get_store(ctx: click.Context, *, check: bool = True) -> Store:
+    """Open the app's store once per invocation (checking its schema unless told not to)."""
+    settings = get_settings(ctx)
+    if settings.store is None:
+        app = get_app(ctx)
+        settings.secrets = _passwords(app)
+        settings.store = Store.from_app(app)
+        ctx.call_on_close(settings.store.close)
+        if check:
+            settings.store.check_schema()
+    return settings.store
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """Return ``text`` without passwords: in URLs, ``password=`` pairs and known secrets."""
+    text = _URL_PASSWORD.sub(r"\g<head>***@", text)
+    text = _KEY_PASSWORD.sub(r"\g<head>***", text)
+    for secret in secrets:
+        if len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _describe(exc: BaseException) -> tuple[str, int]:
+    """Return the message and exit status for an exception a command raised."""
+    if isinstance(exc, TimerSyntaxError):
+        return f"bad timer: {exc}", EXIT_BAD_INPUT
+    if isinstance(exc, (TaskNotFoundError, DuplicateTaskError)):
+        return str(exc), EXIT_FAILED
+    if isinstance(exc, SchemaVersionError):
+        return str(exc), EXIT_FAILED
+    if isinstance(exc, CronstoreError):
+        return str(exc), EXIT_FAILED
+    if isinstance(exc, ValueError):
+        return str(exc), EXIT_BAD_INPUT
+    if isinstance(exc, SQLAlchemyError):
+        orig = getattr(exc, "orig", None)
+        text = str(orig if orig is not None else exc).strip().splitlines()
+        return f"database error: {text[0] if text else type(exc).__name__}", EXIT_FAILED
+    module = type(exc).__module__.split(".")[0]
+    if module in ("kombu", "amqp", "redis", "socket") or isinstance(exc, OSError):
+        return f"broker or network error: {exc}", EXIT_FAILED
+    return f"unexpected {type(exc).__name__}: {exc}", EXIT_FAILED
+
+
+class Command(CeleryCommand):  # type: ignore[misc]  # Celery ships no types
+    """A cronstore command: gets the app from ``-A``; turns errors into one clean line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.Abort):
+            raise
+        except CommandError as exc:
+            clean = scrub(exc.message, get_settings(ctx).secrets)
+            raise command_error(clean, exc.exit_code) from None
+        except click.ClickException:
+            raise
+        except Exception as exc:
+            message, code = _describe(exc)
+            raise command_error(scrub(message, get_settings(ctx).secrets), code) from None
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def fmt_time(instant: datetime | None, zone: tzinfo | None = None) -> str:
+    """Return ``instant`` as UTC ISO-8601 (``...Z``), or ISO-8601 in ``zone``; ``-`` if none."""
+    if instant is None:
+        return "-"
+    if zone is None:
+        return format_instant(instant)
+    local = instant.astimezone(zone)
+    return local.isoformat(timespec="seconds" if local.microsecond == 0 else "microseconds")
+
+
+def to_json(value: Any) -> Any:
+    """Return ``value`` (records, datetimes, containers) as plain JSON-ready data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return format_instant(value)
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    return value
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(to_json(value), indent=2, ensure_ascii=False))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Print ``rows`` as left-aligned columns under upper-case ``headers``."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=False)]
+    for row in (tuple(h.upper() for h in headers), *rows):
+        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)]
+        click.echo("  ".join(cells).rstrip())
