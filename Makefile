@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint types bench clean
+.PHONY: demo test lint types docs bench bench-compare clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,32 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.docs-installed  ## the site in site/; fails on stale generated parts or broken links
+	$(PY) docs/generate.py --check
+	$(VENV)/bin/mkdocs build --strict
+
 bench: $(VENV)/.installed  ## timers, the CronTask guard, beat at 1k..1M rows (needs PostgreSQL, Redis)
 	$(PY) benchmarks/timers.py
 	$(PY) benchmarks/guard.py
 	$(PY) benchmarks/beat.py
 
+# The other schedulers live only in this separate venv, never in the project's dependencies.
+BENCH_VENV ?= .venv-bench
+BENCH_DEPS := django-celery-beat==2.9.0 Django==5.2.19 sqlalchemy-celery-beat==0.9.1 \
+	celery-redbeat==2.4.2 matplotlib==3.11.2
+
+$(BENCH_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[postgres,redis]' $(BENCH_DEPS)
+	touch $@
+
+bench-compare: $(BENCH_VENV)/.installed  ## vs django-celery-beat, sqlalchemy-celery-beat, RedBeat (PostgreSQL, Redis; ~30 min)
+	$(BENCH_VENV)/bin/python benchmarks/compare.py --cronstore-sizes 100,1000,10000,100000,1000000
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache var
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache var site

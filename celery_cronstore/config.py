@@ -33,6 +33,10 @@ class Config:
     tolerance: float = 5.0
     #: Task names (or prefixes ending in ``.`` or ``*``) beat may send; empty: any.
     task_allowlist: tuple[str, ...] = ()
+    #: Beat sends only tasks registered in its app (as a worker would import them); a row
+    #: naming another task is put in error. ``False``: send any name (``send_task``), e.g.
+    #: when the tasks live only in another service's workers.
+    require_registered: bool = True
     #: Lateness (seconds) under which a fire counts as on time for the ``skip`` policy.
     misfire_grace: float = 30.0
 

@@ -17,12 +17,15 @@ from datetime import datetime
 from typing import Any
 
 from celery import beat
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from celery_cronstore import faults
 from celery_cronstore.beat_schedule import timer_from_entry
+from celery_cronstore.cli.base import scrub
 from celery_cronstore.config import Config
 from celery_cronstore.errors import CronstoreError, DuplicateTaskError, SchemaVersionError
-from celery_cronstore.publish import publish
+from celery_cronstore.publish import BoundRouter, publish
 from celery_cronstore.store import Claim, Claimer, Store
 from celery_cronstore.store.engine import redact
 
@@ -60,7 +63,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         try:
             self._ready()
         except SQLAlchemyError as exc:
-            logger.error("beat: store %s unreachable at start (%s); retrying", self._url, exc)
+            logger.error(
+                "beat: store %s unreachable at start (%s); retrying", self._url, self._scrub(exc)
+            )
 
     @property
     def schedule(self) -> dict[str, Any]:
@@ -124,16 +129,21 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         if self.config.sync_beat_schedule:
             self._sync_config(store)
         self._started_at = store.now()
-        self.claimer = Claimer(
+        claimer = Claimer(
             store,
             self.node,
             lease=self.config.lease,
             batch_size=self.config.batch_size,
             misfire_grace=self.config.misfire_grace,
             allowlist=self.config.task_allowlist,
+            task_check=self._unregistered if self.config.require_registered else None,
         )
+        replanned = claimer.replan_errors()
+        if replanned:
+            logger.info("beat: checking %d periodic task(s) in error again", replanned)
+        self.claimer = claimer
         logger.info("beat: cronstore %s ready as %s", self._url, self.node)
-        return self.claimer
+        return claimer
 
     def _tick(self, claimer: Claimer) -> float:
         if self._pending and not self._publish(claimer, self._pending):
@@ -154,6 +164,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         if earliest is not None and earliest <= now:
             result = claimer.claim_due()
             self._report(result.errors)
+            faults.hit("after_claim")
             if result.claims and not self._publish(claimer, result.claims):
                 return self._backoff("broker", None)
             if result.rows:
@@ -168,28 +179,50 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         try:
             producer = self.producer
             batch = getattr(producer, "batch", None)
+            router = BoundRouter(self.app, producer.channel)
             for start in range(0, len(claims), PUBLISH_CHUNK):
                 chunk = claims[start : start + PUBLISH_CHUNK]
                 # kombu >= 5.7 pipelines a batch (Redis: one round trip instead of one per
                 # message); a failed flush leaves the whole chunk pending, same task ids.
                 with batch(max_size=PUBLISH_CHUNK) if batch else contextlib.nullcontext():
                     for claim in chunk:
-                        self._send(claim, producer)
+                        self._send(claim, producer, router)
                 sent.extend(chunk)
         except Exception as exc:  # broker errors come in many types; none may kill beat
             self._pending = list(claims[len(sent) :])
-            logger.error("beat: publishing failed (%s); %d fire(s) wait", exc, len(self._pending))
+            logger.error(
+                "beat: publishing failed (%s); %d fire(s) wait",
+                self._scrub(exc),
+                len(self._pending),
+            )
             self.__dict__.pop("producer", None)
             self.__dict__.pop("connection", None)
             if sent:
                 claimer.mark_published(sent)
             return False
         self._pending = []
+        faults.hit("after_publish")
         claimer.mark_published(sent)
         return True
 
-    def _send(self, claim: Claim, producer: Any) -> None:
-        publish(self.app, claim, producer)
+    def _send(self, claim: Claim, producer: Any, router: Any = None) -> None:
+        publish(self.app, claim, producer, router)
+        faults.hit("mid_batch")
+
+    def _scrub(self, exc: BaseException) -> str:
+        """Return the first line of ``exc`` with every password removed (drivers and
+        brokers may echo a URL or a connection string)."""
+        return scrub(_first_line(exc), _passwords(self.app, self.config.url))
+
+    def _unregistered(self, name: str) -> str | None:
+        """Return why beat refuses task ``name``: not registered in its app."""
+        if name in self.app.tasks:
+            return None
+        return (
+            f"task {name!r} is not registered in beat's app: import its module in beat "
+            "(Celery's imports/include settings or autodiscover_tasks), or set "
+            "cronstore_require_registered = False to send tasks by name"
+        )
 
     def _report(self, errors: list[tuple[str, str]]) -> None:
         for item in errors:
@@ -207,7 +240,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
                 "beat: %s unavailable (%s: %s); nothing is published; retrying in %.1fs",
                 what,
                 type(exc).__name__,
-                _first_line(exc),
+                self._scrub(exc),
                 delay,
             )
         else:
@@ -270,3 +303,16 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else ""
+
+
+def _passwords(app: Any, url: str) -> list[str]:
+    """Every password in the store, broker and result backend URLs (to scrub from logs)."""
+    found: list[str] = []
+    for value in (url, app.conf.get("broker_url"), app.conf.get("result_backend")):
+        try:
+            password = make_url(value).password if isinstance(value, str) else None
+        except Exception:  # not an SQLAlchemy URL (amqp://...): scrub()'s patterns cover it
+            password = None
+        if password:
+            found.append(str(password))
+    return found

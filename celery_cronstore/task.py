@@ -30,6 +30,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import celery
+from celery import signals
 from celery.exceptions import (
     Ignore,
     Reject,
@@ -387,3 +388,27 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             except Exception:
                 logger.exception("%s[%s]: could not record %s", self.name, run.task_id, state)
                 return
+
+
+def _record_expired(
+    sender: Any = None, request: Any = None, expired: bool = False, **_: Any
+) -> None:
+    """Record a beat-published run the worker discarded unstarted because it expired.
+
+    Celery drops an expired message before the task is called, so the guard never sees
+    it: without this the ledger would say "published" for a fire that never ran.
+    """
+    if not expired or not isinstance(sender, CronTask) or request is None:
+        return
+    task_id = getattr(request, "id", None)
+    if not task_id or not _header(request, H_NAME):
+        return
+    reason = "not started: the message expired (starting deadline) before a worker took it"
+    try:
+        if guard.expire_fire(store_for(sender.app), str(task_id), reason):
+            logger.warning("%s[%s]: expired before it started", sender.name, task_id)
+    except Exception:
+        logger.exception("%s[%s]: could not record the expiry", sender.name, task_id)
+
+
+signals.task_revoked.connect(_record_expired, weak=False)

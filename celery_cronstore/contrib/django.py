@@ -12,22 +12,23 @@
 
 The tie listens to ``post_delete`` and defers the release with
 ``transaction.on_commit``: a delete that is rolled back (``atomic`` block, failed
-request with ``ATOMIC_REQUESTS``) releases nothing. The store has its own connection, so
-the two commits are not atomic; a store failure after the commit is logged and
-:func:`~celery_cronstore.contrib.sweep_orphans` repairs it. ``QuerySet.delete()`` sends
-``post_delete`` per object and is covered; ``QuerySet.update()``, raw SQL and the
-database's own cascades are not.
+request with ``ATOMIC_REQUESTS``, a rolled-back savepoint) releases nothing. The store has
+its own connection, so the two commits are not atomic; a store failure after the commit is
+logged and :func:`~celery_cronstore.contrib.sweep_orphans` repairs it. ``Model.delete()``,
+``QuerySet.delete()`` and Django's ``on_delete=CASCADE`` send ``post_delete`` per object
+and are covered (one short store transaction per deleted owner); ``QuerySet.update()``,
+raw SQL and cascades done by the database itself are not.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import PurePath
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections, models, transaction
 from django.db.models.signals import post_delete
 from sqlalchemy.engine import URL
 
@@ -47,6 +48,7 @@ __all__ = [
     "store_url_from_django",
     "sweep_orphans",
     "tie_owner",
+    "url_from_settings",
 ]
 
 #: Django ENGINE -> SQLAlchemy drivername (PostgreSQL through psycopg 3, MySQL through
@@ -61,24 +63,55 @@ ENGINES = {
 }
 
 # OPTIONS entries that mean the same to the SQLAlchemy driver as to Django's; the others
-# (pool, isolation_level, init_command, ...) are Django's own and are not carried over.
+# (pool, isolation_level, init_command, server_side_binding, ...) are Django's own, or
+# driver objects, and are not carried over.
 _OPTIONS = {
     "postgresql": frozenset(
         {
-            "sslmode",
-            "sslrootcert",
-            "sslcert",
-            "sslkey",
-            "connect_timeout",
             "application_name",
+            "channel_binding",
+            "client_encoding",
+            "connect_timeout",
+            "gssencmode",
+            "keepalives",
+            "keepalives_count",
+            "keepalives_idle",
+            "keepalives_interval",
             "options",
-            "service",
             "passfile",
+            "service",
+            "sslcert",
+            "sslcrl",
+            "sslkey",
+            "sslmode",
+            "sslpassword",
+            "sslrootcert",
             "target_session_attrs",
+            "tcp_user_timeout",
         }
     ),
-    "mysql": frozenset({"charset", "unix_socket", "read_default_file"}),
+    "mysql": frozenset(
+        {
+            "charset",
+            "connect_timeout",
+            "read_default_file",
+            "read_default_group",
+            "read_timeout",
+            "unix_socket",
+            "write_timeout",
+        }
+    ),
     "sqlite": frozenset(),
+}
+
+# Django's (mysqlclient's) OPTIONS["ssl"] dict keys -> the PyMySQL dialect's query keys.
+_MYSQL_SSL = {
+    "ca": "ssl_ca",
+    "cert": "ssl_cert",
+    "key": "ssl_key",
+    "capath": "ssl_capath",
+    "cipher": "ssl_cipher",
+    "check_hostname": "ssl_check_hostname",
 }
 
 _ties: dict[type[Any], str] = {}
@@ -88,15 +121,31 @@ _lock = threading.Lock()
 def store_url_from_django(alias: str = "default", *, drivername: str | None = None) -> str:
     """Return a SQLAlchemy URL for the Django database ``alias`` (password included).
 
-    Maps ``ENGINE``/``NAME``/``USER``/``PASSWORD``/``HOST``/``PORT`` and the driver-level
-    ``OPTIONS`` (``sslmode``, ``charset``, ...); a ``HOST`` starting with ``/`` is a Unix
-    socket directory. ``drivername`` overrides the driver (e.g. ``"postgresql+psycopg2"``).
-    Reads the live connection settings, so under Django's test runner it names the test
-    database. The result contains the password: pass it on, never log it
-    (``Store.url`` is the redacted form). Raise ``ValueError`` for an unknown ENGINE.
+    Reads the live connection settings (``connections[alias].settings_dict``), so under
+    Django's test runner it names the test database once that exists. See
+    :func:`url_from_settings` for the mapping. The result contains the password: pass it
+    on, never log it (``Store.url`` is the redacted form). Raise ``ValueError`` for an
+    unknown alias or ENGINE.
     """
-    db = connections[alias].settings_dict
-    engine = db.get("ENGINE", "")
+    if alias not in connections.settings:
+        known = ", ".join(sorted(connections.settings))
+        raise ValueError(f"DATABASES has no alias {alias!r} (configured: {known})")
+    return url_from_settings(connections[alias].settings_dict, drivername=drivername, alias=alias)
+
+
+def url_from_settings(
+    db: Mapping[str, Any], *, drivername: str | None = None, alias: str = "default"
+) -> str:
+    """Return a SQLAlchemy URL for one ``DATABASES`` entry (a mapping; password included).
+
+    Maps ``ENGINE``/``NAME``/``USER``/``PASSWORD``/``HOST``/``PORT`` and the driver-level
+    ``OPTIONS`` (``sslmode``, ``charset``, the MySQL ``ssl`` dict, ...); a ``HOST``
+    starting with ``/`` is a Unix socket directory (PostgreSQL) or socket file (MySQL).
+    ``drivername`` overrides the driver (e.g. ``"postgresql+psycopg2"``); ``alias`` only
+    names the entry in error messages. Raise ``ValueError`` for an unknown ENGINE or a
+    non-numeric PORT.
+    """
+    engine = db.get("ENGINE") or ""
     driver = drivername or ENGINES.get(engine)
     if driver is None:
         known = ", ".join(sorted(ENGINES))
@@ -106,32 +155,48 @@ def store_url_from_django(alias: str = "default", *, drivername: str | None = No
         )
     backend = driver.split("+")[0]
     family = "mysql" if backend == "mariadb" else backend
-    name = db.get("NAME") or ""
+    name = db.get("NAME")
     if isinstance(name, PurePath):
         name = str(name)
     if family == "sqlite":
-        return _sqlite_url(driver, str(name))
-    options = db.get("OPTIONS") or {}
+        return _sqlite_url(driver, name or "")
+    options: Mapping[str, Any] = db.get("OPTIONS") or {}
     query = {
         key: str(value)
         for key, value in options.items()
         if key in _OPTIONS.get(family, ()) and isinstance(value, (str, int))
     }
+    if family == "mysql" and isinstance(options.get("ssl"), Mapping):
+        for key, value in options["ssl"].items():
+            if key in _MYSQL_SSL and isinstance(value, (str, int)):
+                query[_MYSQL_SSL[key]] = str(value)
     host = db.get("HOST") or None
     if host is not None and host.startswith("/"):
         query["host" if family == "postgresql" else "unix_socket"] = host
         host = None
-    port = db.get("PORT") or None
-    url = URL.create(
+    if family == "postgresql" and name is None and "service" not in query:
+        name = "postgres"  # as Django: NAME=None connects to the default database
+    return URL.create(
         driver,
         username=db.get("USER") or None,
         password=db.get("PASSWORD") or None,
         host=host,
-        port=int(port) if port is not None else None,
-        database=str(name) or None,
+        port=_port(db.get("PORT"), alias),
+        database=str(name) if name else None,
         query=query,
-    )
-    return url.render_as_string(hide_password=False)
+    ).render_as_string(hide_password=False)
+
+
+def _port(value: Any, alias: str) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        port = -1
+    if not 0 < port < 65536:
+        raise ValueError(f"DATABASES[{alias!r}] PORT must be a port number, got {value!r}")
+    return port
 
 
 def _sqlite_url(driver: str, name: str) -> str:
@@ -153,12 +218,20 @@ def tie_owner(
 
     Instances own tasks as ``(owner_type, str(pk))`` -- :func:`owner_of` builds the pair.
     ``owner_type`` defaults to the model's ``app_label.modelname``. ``store`` may be a
-    function returning the store, called at the first release (so ``AppConfig.ready``
-    opens no connection). ``on_delete`` is ``"remove"`` or ``"disable"``. Proxy models
-    send their own signals: tie each proxy that is deleted through. Call it once per
-    model, e.g. in ``AppConfig.ready()``; tying a model again is an error.
+    function returning the store, called at each release (return a cached store: the
+    call at tie time opens no connection, so ``AppConfig.ready`` stays cheap).
+    ``on_delete`` is ``"remove"`` or ``"disable"``. Proxy models send their own signals:
+    tie each proxy that instances are deleted through. Multi-table children are covered
+    by a tie on their parent (Django deletes the parent row too). Call it once per model,
+    e.g. in ``AppConfig.ready()``; tying a model again is an error.
     """
     action = check_on_delete(on_delete)
+    if not (isinstance(model, type) and issubclass(model, models.Model)):
+        raise TypeError(f"{model!r} is not a Django model class")
+    if model._meta.abstract:
+        raise TypeError(
+            f"{model.__name__} is abstract and is never deleted itself; tie its concrete models"
+        )
     label = model._meta.label_lower
     kind = owner_type if owner_type is not None else label
     if not isinstance(kind, str) or not kind:
@@ -187,8 +260,8 @@ def tie_owner(
 def owner_of(instance: Any, owner_type: str | None = None) -> tuple[str, str]:
     """Return the ``(owner_type, owner_id)`` pair to pass as ``store.add(owner=...)``.
 
-    ``owner_type`` defaults to the type the instance's model was tied with, else to its
-    ``app_label.modelname``. The instance must be saved (have a primary key).
+    ``owner_type`` defaults to the type the instance's model (or a parent) was tied with,
+    else to its ``app_label.modelname``. The instance must be saved (have a primary key).
     """
     if instance.pk is None:
         raise ValueError(f"{type(instance).__name__} instance has no primary key; save it first")

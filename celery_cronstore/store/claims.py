@@ -1,6 +1,6 @@
 """Beat's side of the ledger: find due rows, claim each fire once, mark it published.
 
-One tick (see ``docs/design.md``):
+One tick (see ``docs/replicas.md``):
 
 1. ``peek``: the database clock and the earliest ``next_run`` (one indexed look-up).
 2. ``claim_due``: in one short transaction, lock due rows (``FOR UPDATE SKIP LOCKED``
@@ -18,12 +18,15 @@ import functools
 import logging
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
 
+from celery_cronstore import faults
 from celery_cronstore.errors import TaskNotFoundError, TimerError
 from celery_cronstore.store.engine import as_utc, now_expression
 from celery_cronstore.store.records import Claim, PeriodicTask
@@ -105,6 +108,7 @@ class Claimer:
         batch_size: int = 500,
         misfire_grace: float = 30.0,
         allowlist: tuple[str, ...] = (),
+        task_check: Callable[[str], str | None] | None = None,
     ) -> None:
         self.store = store
         self.node = node
@@ -112,6 +116,8 @@ class Claimer:
         self.batch_size = batch_size
         self.misfire_grace = timedelta(seconds=misfire_grace)
         self.allowlist = allowlist
+        #: Extra rule on task names (beat: "is it registered?"); returns a refusal reason.
+        self.task_check = task_check
 
     # -- the idle path --------------------------------------------------------------------
 
@@ -149,24 +155,51 @@ class Claimer:
             for row in rows:
                 self._plan_row(conn, row, plan)
             self._write(conn, plan)
+            faults.hit("before_claim_commit")
         return TickResult(
             now, plan.claims, len(rows), len(plan.ledger) - len(plan.claims), plan.errors
         )
 
     def _plan_row(self, conn: sa.Connection, row: sa.Row[Any], plan: _Plan) -> None:
-        task = to_task(row)
+        mark = plan.mark()
         try:
-            problems = json_problems(row)
-            if problems:
-                raise ValueError("; ".join(problems))
-            timer = _timer(task.timer_kind, task.timer, task.tz)
-            if not self._allowed(task.task):
-                raise ValueError(f"task {task.task!r} is not in cronstore_task_allowlist")
+            self._plan_checked(conn, row, plan)
+        except (SQLAlchemyError, _Conflict):
+            raise
+        except TimerError as exc:  # e.g. a calendar search that gives up where systemd does
+            plan.rollback(mark)
+            plan.fail(row, str(exc))
+        except Exception as exc:  # one hostile row must never stop every other task
+            plan.rollback(mark)
+            logger.warning("beat: cannot plan periodic task row %r", row.id, exc_info=True)
+            plan.fail(row, f"cannot plan this row ({type(exc).__name__}: {exc})")
+
+    def problem(self, task: PeriodicTask, row: sa.Row[Any] | None = None) -> str | None:
+        """Return why ``task`` (from ``row``) must not be sent, or ``None`` if it may.
+
+        Checks the row's JSON columns and Celery options, the timer, the allowlist and
+        ``task_check``; a reason names the fix.
+        """
+        problems = json_problems(row) if row is not None else []
+        if problems:
+            return "; ".join(problems)
+        try:
+            _timer(task.timer_kind, task.timer, task.tz)
         except (TimerError, ValueError) as exc:
-            reason = str(exc)
-            plan.update(task, next_run=None, error=reason)
-            plan.errors.append((task.name, reason))
+            return str(exc)
+        if not self._allowed(task.task):
+            return f"task {task.task!r} is not in cronstore_task_allowlist"
+        if self.task_check is not None:
+            return self.task_check(task.task)
+        return None
+
+    def _plan_checked(self, conn: sa.Connection, row: sa.Row[Any], plan: _Plan) -> None:
+        task = to_task(row)
+        reason = self.problem(task, row)
+        if reason is not None:
+            plan.fail(row, reason)
             return
+        timer = _timer(task.timer_kind, task.timer, task.tz)
         now = plan.now
         if task.next_run is None or task.next_run == EPOCH:
             # Added or re-timed by raw SQL: plan only, nothing was due yet.
@@ -381,7 +414,14 @@ class Claimer:
                     "claimed_by": self.node,
                     "lease_until": now + self.lease,
                 }
-                if claim.expires is not None and now > claim.expires:
+                # The row may have been edited since the claim: never re-publish what beat
+                # would now refuse (another task name, unsafe options).
+                refused = self._reclaim_problem(task, row)
+                if refused is not None:
+                    values.update(
+                        state="dropped", lease_until=None, reason=f"not re-published: {refused}"
+                    )
+                elif claim.expires is not None and now > claim.expires:
                     values.update(
                         state="expired",
                         lease_until=None,
@@ -408,6 +448,9 @@ class Claimer:
             if row is None:
                 raise TaskNotFoundError(f"no periodic task named {name!r}")
             task = to_task(row)
+            refused = self._reclaim_problem(task, row)
+            if refused is not None:
+                raise ValueError(f"periodic task {name!r} cannot be sent: {refused}")
             try:
                 timer: Timer | None = _timer(task.timer_kind, task.timer, task.tz)
             except (TimerError, ValueError):
@@ -416,6 +459,29 @@ class Claimer:
             entry["reason"] = "run-now requested"
             conn.execute(sa.insert(fire).values(**entry))
             return self._claim(task, now, entry, timer)
+
+    def _reclaim_problem(self, task: PeriodicTask, row: sa.Row[Any]) -> str | None:
+        """Return why a fire of ``task`` must not be sent (a bad timer does not matter)."""
+        problems = json_problems(row)
+        if problems:
+            return "; ".join(problems)
+        if not self._allowed(task.task):
+            return f"task {task.task!r} is not in cronstore_task_allowlist"
+        return None if self.task_check is None else self.task_check(task.task)
+
+    def replan_errors(self) -> int:
+        """Give every enabled task in error another look on the next tick; return how many.
+
+        Beat calls this at start: a deploy may have fixed what put them in error (a task
+        now registered or allowed). Rows still wrong go back in error, with the reason.
+        """
+        with self.store.begin() as conn:
+            result = conn.execute(
+                sa.update(periodic_task)
+                .where(_PT.enabled == sa.true(), _PT.error.is_not(None), _PT.next_run.is_(None))
+                .values(next_run=EPOCH, version=_PT.version + 1)
+            )
+            return int(result.rowcount)
 
     def heartbeat(self, started_at: datetime) -> datetime:
         """Record that this beat ticked (for ``cronstore health``); return the db time."""
@@ -444,6 +510,29 @@ class _Plan:
         self.ledger: list[dict[str, Any]] = []
         self.updates: list[dict[str, Any]] = []
         self.errors: list[tuple[str, str]] = []
+
+    def mark(self) -> tuple[int, int, int, int]:
+        return (len(self.claims), len(self.ledger), len(self.updates), len(self.errors))
+
+    def rollback(self, mark: tuple[int, int, int, int]) -> None:
+        """Forget what one row added after ``mark`` (its planning failed half-way)."""
+        del self.claims[mark[0] :], self.ledger[mark[1] :]
+        del self.updates[mark[2] :], self.errors[mark[3] :]
+
+    def fail(self, row: sa.Row[Any], reason: str) -> None:
+        """Put the row in error (no next run) with ``reason``; beat logs it once."""
+        m = row._mapping
+        self.updates.append(
+            {
+                "b_id": m["id"],
+                "b_version": m["version"],
+                "b_next": None,
+                "b_error": reason,
+                "b_last": None,
+                "b_runs": 0,
+            }
+        )
+        self.errors.append((str(m["name"]), reason))
 
     def update(
         self,

@@ -9,8 +9,13 @@ the fire's ledger row and the task's ``last_run`` and decides:
   is refused and nothing is written (the ledger row belongs to the first delivery);
 * a retry (``retries > 0``) of a fire in state ``retrying`` starts again: same fire, no
   early check, ``last_run`` unchanged;
+* a fire started later than its task's ``start_deadline`` after its fire time is
+  **expired** (beat does not give a CronTask's message an ``expires``: Celery would
+  measure it on beat's clock);
 * with overlap policy ``skip``, a fire whose predecessor is still running is **skipped**;
-* ``now < last_run + interval - tolerance`` is **early**: the fire is **dropped**;
+* a fire older than one that already started is **superseded**: it is **dropped**;
+* ``now < last_run + gap - tolerance`` is **early** (``gap``: from the previous fire to
+  this one, at most the interval to the next): the fire is **dropped**;
 * otherwise the fire is **started**: ledger state ``started`` with ``started_at`` and the
   node, and ``periodic_task.last_run = now`` (start time, not finish time).
 
@@ -39,6 +44,7 @@ __all__ = [
     "STALE_RUNNING",
     "StartDecision",
     "checkpoint",
+    "expire_fire",
     "finish_fire",
     "start_fire",
 ]
@@ -64,8 +70,9 @@ class StartDecision:
 
     #: Whether the body may run.
     started: bool
-    #: ``started``, ``retry`` (a retry of a started fire), ``dropped``, ``skipped`` or
-    #: ``duplicate`` (refused; nothing written) or ``unknown`` (no ledger row).
+    #: ``started``, ``retry`` (a retry of a started fire), ``dropped``, ``skipped``,
+    #: ``expired`` (past the starting deadline, on the store's clock) or ``duplicate``
+    #: (refused; nothing written) or ``unknown`` (no ledger row).
     outcome: str
     task_id: str
     #: Why the run was refused (``None`` when it starts).
@@ -104,6 +111,18 @@ def _interval_from_timer(row: Any, fire_time: datetime) -> float | None:
     return None if following is None else (following - fire_time).total_seconds()
 
 
+def _gap_before(conn: sa.Connection, pt_id: int, fire_time: datetime) -> float | None:
+    """Return seconds from the task's previous ledger fire to ``fire_time`` (``None``: none)."""
+    previous = conn.execute(
+        sa.select(sa.func.max(_F.fire_time)).where(
+            _F.periodic_task_id == pt_id, _F.fire_time < fire_time
+        )
+    ).scalar_one_or_none()
+    if previous is None:
+        return None
+    return float((fire_time - previous).total_seconds())
+
+
 def start_fire(
     store: Store,
     task_id: str,
@@ -133,6 +152,9 @@ def start_fire(
                 now,
             )
         task = conn.execute(_locked(store, sa.select(periodic_task).where(_PT.id == pt_id))).one()
+        # Read the clock again now that we hold the lock: a run that waited for it must
+        # not be judged "early" against a last_run written after its first reading.
+        now = store.now(conn)
         row = conn.execute(
             _locked(
                 store,
@@ -160,7 +182,7 @@ def start_fire(
 
         def refuse(outcome: str, reason: str) -> StartDecision:
             recorded = False
-            if outcome in ("dropped", "skipped"):
+            if outcome in ("dropped", "skipped", "expired"):
                 result = conn.execute(
                     sa.update(fire)
                     .where(_F.id == row.id, _F.state.in_(_STARTABLE))
@@ -186,6 +208,14 @@ def start_fire(
             return refuse("duplicate", f"duplicate delivery: fire {task_id} is already {row.state}")
         if not task.enabled:
             return refuse("dropped", "periodic task is disabled")
+        if task.start_deadline is not None:
+            late = (now - row.fire_time).total_seconds()
+            if late > float(task.start_deadline):
+                return refuse(
+                    "expired",
+                    f"not started: {late:.1f}s late, past the starting deadline of "
+                    f"{float(task.start_deadline):g}s",
+                )
         if task.overlap_policy == "skip":
             running = conn.execute(
                 _locked(
@@ -208,13 +238,33 @@ def start_fire(
                     f"not started: fire {running.fire_time.isoformat()} is still "
                     f"{running.state} (overlap policy skip)",
                 )
+        later = conn.execute(
+            sa.select(_F.fire_time)
+            .where(
+                _F.periodic_task_id == pt_id,
+                _F.fire_time > row.fire_time,
+                _F.started_at.is_not(None),
+            )
+            .limit(1)
+        ).first()
+        if later is not None:
+            # A re-published fire (its beat died before marking it) that arrives after a
+            # later fire already ran: running it now would also push the next on-time
+            # fire out as "early".
+            return refuse(
+                "dropped",
+                f"superseded: the later fire {later.fire_time.isoformat()} already started",
+            )
         if interval is not None and task.last_run is not None:
-            earliest = task.last_run + timedelta(seconds=interval - tol)
+            # The gap that led up to THIS fire, not the one after it: they differ for
+            # irregular timers (seconds 19, 20, 41: the on-time :20 run is not early).
+            gap = min(interval, _gap_before(conn, pt_id, row.fire_time) or interval)
+            earliest = task.last_run + timedelta(seconds=gap - tol)
             if now < earliest:
                 return refuse(
                     "dropped",
                     f"early: started at {now.isoformat()}, before last run "
-                    f"{task.last_run.isoformat()} + interval {interval:g}s - tolerance "
+                    f"{task.last_run.isoformat()} + interval {gap:g}s - tolerance "
                     f"{tol:g}s = {earliest.isoformat()}",
                 )
         result = conn.execute(
@@ -252,6 +302,21 @@ def finish_fire(
             values["finished_at"] = store.now(conn)
         done = conn.execute(
             sa.update(fire).where(_F.task_id == task_id, _F.state.in_(_RUNNING)).values(**values)
+        )
+        return bool(done.rowcount == 1)
+
+
+def expire_fire(store: Store, task_id: str, reason: str) -> bool:
+    """Record that a worker discarded fire ``task_id`` unstarted because its message expired.
+
+    Return whether a published (or still claimed) fire was moved to ``expired``.
+    """
+    with store.begin() as conn:
+        now = store.now(conn)
+        done = conn.execute(
+            sa.update(fire)
+            .where(_F.task_id == task_id, _F.state.in_(_STARTABLE))
+            .values(state="expired", reason=reason, finished_at=now, lease_until=None)
         )
         return bool(done.rowcount == 1)
 

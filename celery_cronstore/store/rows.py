@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,7 +18,16 @@ from celery_cronstore.store.records import (
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import dumps, loads
 
-__all__ = ["check_values", "json_problems", "to_fire", "to_task"]
+__all__ = [
+    "MESSAGE_SERIALIZER",
+    "RESERVED_HEADERS",
+    "check_text",
+    "check_values",
+    "json_problems",
+    "option_problems",
+    "to_fire",
+    "to_task",
+]
 
 _OPTION_KEYS = frozenset(
     {
@@ -36,12 +46,166 @@ _OPTION_KEYS = frozenset(
 )
 
 
+#: Celery protocol-2 message headers (and ours): a row's ``headers`` option may not set
+#: them. Celery merges option headers *over* the message's own, so ``{"task": ...}`` there
+#: would run another task than the row names (and bypass the allowlist).
+RESERVED_HEADERS = frozenset(
+    {
+        "lang",
+        "task",
+        "id",
+        "shadow",
+        "eta",
+        "expires",
+        "group",
+        "group_index",
+        "retries",
+        "timelimit",
+        "root_id",
+        "parent_id",
+        "argsrepr",
+        "kwargsrepr",
+        "origin",
+        "ignore_result",
+        "replaced_task_nesting",
+        "stamped_headers",
+        "stamps",
+        "chord",
+        "callbacks",
+        "errbacks",
+        "chain",
+        "reply_to",
+        "correlation_id",
+        "content_type",
+        "content_encoding",
+        "celery_beat_task",
+    }
+)
+#: The only serializer a message beat sends may use (see docs/security.md).
+MESSAGE_SERIALIZER = "json"
+#: Longest text a ``Text`` column holds on every backend (MySQL/MariaDB ``TEXT``: bytes).
+TEXT_BYTES = 65_535
+_NUL = chr(0)
+_RETRY_POLICY_KEYS = frozenset({"max_retries", "interval_start", "interval_step", "interval_max"})
+
+
 def _json_or_error(text: str | None, default: Any, column: str, errors: list[str]) -> Any:
     try:
         return loads(text, default)
-    except (ValueError, TypeError) as exc:
-        errors.append(f"{column} is not valid JSON ({exc})")
+    except (ValueError, TypeError, RecursionError) as exc:
+        detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        errors.append(f"{column} is not valid JSON ({detail})")
         return default
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def option_problems(options: Mapping[str, Any]) -> list[str]:
+    """Return what makes Celery message options unusable or unsafe (empty: all fine).
+
+    Used for options given to the store API and, at every claim, for options a row holds
+    (raw SQL may have written anything): a bad value must put that one task in error,
+    never fail a publish (which would hold back every other fire behind it).
+    """
+    problems: list[str] = []
+    unknown = sorted(str(k) for k in options if k not in _OPTION_KEYS)
+    if unknown:
+        problems.append(
+            f"unknown Celery option(s) {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(_OPTION_KEYS))})"
+        )
+    for key in ("queue", "routing_key", "exchange"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            problems.append(f"option {key} must be a non-empty string, got {value!r}")
+    priority = options.get("priority")
+    if priority is not None and (
+        not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 255
+    ):
+        problems.append(f"option priority must be an integer 0..255, got {priority!r}")
+    for key in ("soft_time_limit", "time_limit"):
+        value = options.get(key)
+        if value is not None and (not _number(value) or value <= 0 or value == float("inf")):
+            problems.append(f"option {key} must be a positive number of seconds, got {value!r}")
+    expires = options.get("expires")
+    if expires is not None and not (
+        (_number(expires) and 0 <= expires < float("inf")) or _iso_instant(expires)
+    ):
+        problems.append(
+            f"option expires must be seconds or an ISO-8601 instant with offset, got {expires!r}"
+        )
+    serializer = options.get("serializer")
+    if serializer is not None and serializer != MESSAGE_SERIALIZER:
+        problems.append(
+            f"option serializer {serializer!r} is refused: beat sends JSON messages only "
+            "(remove the option)"
+        )
+    retry = options.get("retry")
+    if retry is not None and not isinstance(retry, bool):
+        problems.append(f"option retry must be true or false, got {retry!r}")
+    policy = options.get("retry_policy")
+    if policy is not None:
+        if not isinstance(policy, Mapping) or set(policy) - _RETRY_POLICY_KEYS:
+            problems.append(
+                f"option retry_policy must be an object with keys among "
+                f"{', '.join(sorted(_RETRY_POLICY_KEYS))}, got {policy!r}"
+            )
+        elif not all(v is None or (_number(v) and v >= 0) for v in policy.values()):
+            problems.append(f"option retry_policy values must be non-negative numbers: {policy!r}")
+    headers = options.get("headers")
+    if headers is not None:
+        if not isinstance(headers, Mapping):
+            problems.append(f"option headers must be an object, got {type(headers).__name__}")
+        else:
+            taken = sorted(
+                str(k)
+                for k in headers
+                if not isinstance(k, str) or k in RESERVED_HEADERS or k.startswith("cronstore_")
+            )
+            if taken:
+                problems.append(
+                    f"option headers may not set Celery's or cronstore's own header(s) "
+                    f"{', '.join(taken)}"
+                )
+    return problems
+
+
+def _iso_instant(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return parsed.utcoffset() is not None
+
+
+def check_text(field: str, value: str, *, max_chars: int | None = None) -> str:
+    """Return ``value`` if every backend can store it verbatim; else raise ``ValueError``.
+
+    PostgreSQL refuses NUL characters in text, no driver can encode a lone surrogate, and
+    columns have lengths (``Text`` holds 65,535 bytes of UTF-8 on MySQL/MariaDB).
+    """
+    nul = value.find(_NUL)
+    if nul >= 0:
+        raise ValueError(
+            f"{field} contains a NUL character (position {nul}); PostgreSQL cannot store it"
+        )
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{field} is not valid Unicode (lone surrogate at position {exc.start})"
+        ) from None
+    if max_chars is not None and len(value) > max_chars:
+        raise ValueError(f"{field} is longer than {max_chars} characters ({len(value)})")
+    if size > TEXT_BYTES:
+        raise ValueError(
+            f"{field} is {size} bytes of UTF-8, more than the {TEXT_BYTES} it may hold"
+        )
+    return value
 
 
 def json_problems(row: sa.Row[Any]) -> list[str]:
@@ -49,9 +213,13 @@ def json_problems(row: sa.Row[Any]) -> list[str]:
     problems: list[str] = []
     m = row._mapping
     for column, default in (("args", []), ("kwargs", {}), ("options", {})):
+        before = len(problems)
         value = _json_or_error(m[column], default, column, problems)
-        if not problems and not isinstance(value, type(default)):
-            problems.append(f"{column} must be a JSON {type(default).__name__}")
+        if len(problems) == before and not isinstance(value, type(default)):
+            kind = "array" if isinstance(default, list) else "object"
+            problems.append(f"{column} must be a JSON {kind}, got {type(value).__name__}")
+        elif column == "options" and isinstance(value, dict):
+            problems.extend(option_problems(value))
     return problems
 
 
@@ -136,9 +304,7 @@ def check_values(values: Mapping[str, Any]) -> dict[str, Any]:
         if key in ("name", "task"):
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{key} must be a non-empty string, got {value!r}")
-            if len(value) > 200:
-                raise ValueError(f"{key} is longer than 200 characters")
-            out[key] = value
+            out[key] = check_text(key, value, max_chars=200)
         elif key == "args":
             if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
                 raise ValueError(f"args must be a list, got {type(value).__name__}")
@@ -147,12 +313,9 @@ def check_values(values: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(value, Mapping):
                 raise ValueError(f"{key} must be a mapping, got {type(value).__name__}")
             if key == "options":
-                unknown = sorted(set(value) - _OPTION_KEYS)
-                if unknown:
-                    raise ValueError(
-                        f"unknown Celery option(s) {', '.join(unknown)} "
-                        f"(known: {', '.join(sorted(_OPTION_KEYS))})"
-                    )
+                problems = option_problems(value)
+                if problems:
+                    raise ValueError("; ".join(problems))
             out[key] = _dump_json(key, dict(value))
         elif key == "misfire_policy" and value not in MISFIRE_POLICIES:
             raise ValueError(f"misfire_policy must be one of {MISFIRE_POLICIES}, got {value!r}")
@@ -168,8 +331,14 @@ def check_values(values: Mapping[str, Any]) -> dict[str, Any]:
             not isinstance(value, int) or isinstance(value, bool) or value < 0
         ):
             raise ValueError(f"{key} must be a non-negative integer, got {value!r}")
-        elif key == "description" and not isinstance(value, str):
-            raise ValueError(f"description must be a string, got {type(value).__name__}")
+        elif key == "source":
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"source must be a non-empty string, got {value!r}")
+            out[key] = check_text(key, value, max_chars=16)
+        elif key == "description":
+            if not isinstance(value, str):
+                raise ValueError(f"description must be a string, got {type(value).__name__}")
+            out[key] = check_text(key, value)
         else:
             out[key] = value
         out.setdefault(key, value)
@@ -178,9 +347,14 @@ def check_values(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def _dump_json(field: str, value: Any) -> str:
     try:
-        return dumps(value)
+        # NaN and infinities are not JSON: other readers (and kombu's peers) refuse them.
+        json.dumps(value, allow_nan=False)
+        text = dumps(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{field} must be JSON-serializable: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{field} must be JSON-serializable: nested too deeply") from None
+    return check_text(field, text)
 
 
 def owner_values(owner: tuple[str, Any] | None) -> dict[str, str | None]:
@@ -193,8 +367,8 @@ def owner_values(owner: tuple[str, Any] | None) -> dict[str, str | None]:
     if not isinstance(owner_type, str) or not owner_type:
         raise ValueError(f"owner type must be a non-empty string, got {owner_type!r}")
     text = str(owner_id)
-    if len(owner_type) > 100 or len(text) > 200:
-        raise ValueError("owner type (max 100) or owner id (max 200 characters) is too long")
+    check_text("owner type", owner_type, max_chars=100)
+    check_text("owner id", text, max_chars=200)
     return {"owner_type": owner_type, "owner_id": text}
 
 

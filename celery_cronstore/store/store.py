@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from celery_cronstore.errors import DuplicateTaskError, TaskNotFoundError
+from celery_cronstore.errors import DuplicateTaskError, TaskNotFoundError, TimerError
 from celery_cronstore.store import migrate
 from celery_cronstore.store.engine import (
     WRITE_OPTION,
@@ -22,9 +22,16 @@ from celery_cronstore.store.engine import (
     redact,
 )
 from celery_cronstore.store.records import Fire, PeriodicTask, Status
-from celery_cronstore.store.rows import FIRE_COLUMNS, check_values, owner_values, to_fire, to_task
+from celery_cronstore.store.rows import (
+    FIRE_COLUMNS,
+    check_text,
+    check_values,
+    owner_values,
+    to_fire,
+    to_task,
+)
 from celery_cronstore.store.schema import VERSION_TABLE, beat, fire, periodic_task
-from celery_cronstore.store.types import dumps
+from celery_cronstore.store.types import EPOCH, dumps
 from celery_cronstore.timers import Timer, parse_timer
 
 __all__ = ["DEFAULT_URL", "Store"]
@@ -159,10 +166,11 @@ class Store:
                 "overlap_policy": overlap_policy,
                 "tolerance": tolerance,
                 "max_retries": max_retries,
+                "source": source,
             }
         )
         values.update(owner_values(owner))
-        values.update(_timer_values(parsed), enabled=bool(enabled), source=source)
+        values.update(_timer_values(parsed), enabled=bool(enabled))
         with self.begin() as conn:
             now = self.now(conn)
             values.update(created_at=now, updated_at=now)
@@ -227,8 +235,9 @@ class Store:
         with self.begin() as conn:
             current = to_task(self._row(conn, name, lock=True))
             now = self.now(conn)
-            parsed = _timer_of(current)
-            if timer_changes or kind is not None:
+            if not (timer_changes or kind is not None):
+                parsed = _timer_of(current)
+            else:  # the stored timer may be the bad one being fixed: do not parse it
                 parsed = parse_timer(
                     timer_changes.get("timer", current.timer),
                     kind=kind or (None if "timer" in timer_changes else current.timer_kind),
@@ -236,14 +245,61 @@ class Store:
                 )
                 values.update(_timer_values(parsed))
             enabled = values.get("enabled", current.enabled)
-            if any(
+            replan = any(
                 values.get(k, getattr(current, k)) != getattr(current, k)
                 for k in (*_TIMER_FIELDS, "enabled")
-            ):
+            )
+            if current.error is not None:
+                # An edit is the fix for a task in error: clear it and plan again; beat
+                # puts it back in error (with the reason) if it is still wrong.
+                values["error"] = None
+                replan = True
+            if replan:
+                self._record_unclaimed(conn, current, now, "re-planned" if enabled else "disabled")
                 values["next_run"] = parsed.next_after(now) if enabled else None
             values.update(updated_at=now, version=_PT.version + 1)
             conn.execute(sa.update(periodic_task).where(_PT.id == current.id).values(**values))
             return to_task(self._row(conn, values.get("name", name)))
+
+    @staticmethod
+    def _record_unclaimed(conn: sa.Connection, task: PeriodicTask, now: datetime, why: str) -> None:
+        """Record the due fires no beat has claimed yet as missed (an edit skips past them).
+
+        Without this, disabling or re-timing a task while beat is down or behind (a
+        database outage) would lose those fires without a trace.
+        """
+        first = task.next_run
+        if not task.enabled or task.error is not None or first is None or first == EPOCH:
+            return
+        if first > now:
+            return
+        try:
+            timer = _timer_of(task)
+        except (TimerError, ValueError):
+            return
+        last, count = first, 1
+        while count < 100_000:
+            following = timer.next_after(last)
+            if following is None or following > now:
+                break
+            last, count = following, count + 1
+        from celery_cronstore.store.claims import fire_task_id
+
+        conn.execute(
+            sa.insert(fire).values(
+                periodic_task_id=task.id,
+                fire_time=first,
+                fire_until=None if last == first else last,
+                fire_count=count,
+                task_id=fire_task_id(task.id, task.name, first),
+                state="missed",
+                attempts=0,
+                reason=(
+                    f"{count} fire(s) from {first.isoformat()} to {last.isoformat()} not "
+                    f"published: the task was {why} before beat claimed them"
+                ),
+            )
+        )
 
     def enable(self, name: str) -> PeriodicTask:
         """Enable a periodic task; it fires from its next grid point after now."""
@@ -387,7 +443,11 @@ _UPDATABLE = frozenset(
 
 
 def _timer_values(timer: Timer) -> dict[str, str]:
-    return {"timer_kind": timer.kind, "timer": str(timer), "tz": timer.tz_name}
+    return {
+        "timer_kind": timer.kind,
+        "timer": check_text("timer", str(timer), max_chars=500),
+        "tz": check_text("tz", timer.tz_name, max_chars=64),
+    }
 
 
 def _timer_of(record: PeriodicTask) -> Timer:

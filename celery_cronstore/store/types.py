@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
 
 __all__ = ["EPOCH", "UTCDateTime", "dumps", "loads"]
@@ -31,6 +32,8 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
             from sqlalchemy.dialects import mysql
 
             return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        if dialect.name == "sqlite":
+            return _TolerantSQLiteDateTime()  # type: ignore[no-untyped-call]  # untyped base
         return dialect.type_descriptor(sa.DateTime(timezone=False))
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
@@ -44,12 +47,37 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         if value is None:
             return None
         if isinstance(value, str):  # raw SQL on SQLite may leave text of another shape
-            value = datetime.fromisoformat(value)
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                # Not a time at all (SQLite stores any text): read it as the epoch, which
+                # for next_run means "plan me" (beat rewrites it), instead of failing every
+                # read of the table, beat's tick included.
+                return EPOCH
         if not isinstance(value, datetime):
             raise TypeError(f"expected a datetime column value, got {value!r}")
         if value.tzinfo is not None:
             return value.astimezone(timezone.utc)
         return value.replace(tzinfo=timezone.utc)
+
+
+class _TolerantSQLiteDateTime(sqlite.DATETIME):
+    """SQLite's DATETIME, handing text it cannot parse on to ``UTCDateTime`` as text."""
+
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        parse = super().result_processor(dialect, coltype)
+        if parse is None:  # pragma: no cover - SQLAlchemy always parses SQLite text
+            return None
+
+        def process(value: Any) -> Any:
+            try:
+                return parse(value)
+            except ValueError:
+                return value
+
+        return process
 
 
 def dumps(value: object) -> str:

@@ -13,7 +13,7 @@ times, each in the timer's zone and in UTC::
       2026-03-31 09:30:00 CEST +0200    2026-03-31T07:30:00Z
 
 Bad input prints one line on stderr and exits with status 2. This is the only
-module of the package that reads the clock (``--after`` defaults to now).
+module of ``celery_cronstore.timers`` that reads the clock (``--after`` defaults to now).
 """
 
 from __future__ import annotations

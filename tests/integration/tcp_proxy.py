@@ -36,6 +36,7 @@ class Proxy:
             except OSError:
                 client.close()
                 continue
+            upstream.settimeout(None)  # the 5 s was for connecting: idle links stay up
             with self._lock:
                 self._open += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
