@@ -62,8 +62,9 @@ class Config:
 
 def _coerce(key: str, value: Any, want: type) -> Any:
     if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value <= 0 and key != "cronstore_tolerance":
-            raise ValueError(f"{key} must be positive, got {value!r}")
+        if value < 0 or (value == 0 and key != "cronstore_tolerance"):
+            want_text = "zero or more" if key == "cronstore_tolerance" else "positive"
+            raise ValueError(f"{key} must be {want_text}, got {value!r}")
         return float(value)
     if want is int and isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
@@ -79,4 +80,14 @@ def _coerce(key: str, value: Any, want: type) -> Any:
         and all(isinstance(v, str) for v in value)
     ):
         return tuple(value)
-    raise ValueError(f"{key} must be a {want.__name__}, got {value!r}")
+    raise ValueError(f"{key} must be {_KIND_TEXT.get(want, want.__name__)}, got {value!r}")
+
+
+_KIND_TEXT = {
+    float: "a number",
+    int: "a positive integer",
+    bool: "True or False",
+    str: "a non-empty string",
+    dict: "a dict",
+    tuple: "a list of strings",
+}

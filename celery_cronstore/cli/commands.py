@@ -146,7 +146,9 @@ def cronstore(ctx: click.Context, as_json: bool, display_tz: str | None) -> None
 
 
 def _timer_text(task: PeriodicTask) -> str:
-    return task.timer if task.tz == "UTC" else f"{task.timer} ({task.tz})"
+    if task.tz == "UTC" or task.timer.endswith(f" {task.tz}"):  # a zone the timer names
+        return task.timer
+    return f"{task.timer} ({task.tz})"
 
 
 @cronstore.command(name="list", cls=Command)

@@ -30,7 +30,7 @@ from celery_cronstore import faults
 from celery_cronstore.errors import TaskNotFoundError, TimerError
 from celery_cronstore.store.engine import as_utc, now_expression
 from celery_cronstore.store.records import Claim, PeriodicTask
-from celery_cronstore.store.rows import json_problems, to_task
+from celery_cronstore.store.rows import first_fire, json_problems, to_task
 from celery_cronstore.store.schema import beat, fire, periodic_task
 from celery_cronstore.store.store import Store
 from celery_cronstore.store.types import EPOCH
@@ -137,7 +137,18 @@ class Claimer:
     # -- claiming -------------------------------------------------------------------------
 
     def claim_due(self) -> TickResult:
-        """Claim one batch of due fires in one transaction; return what must be published."""
+        """Claim one batch of due fires in one transaction; return what must be published.
+
+        A batch that lost a race with another writer is rolled back whole and reported as
+        rows seen with nothing claimed, so the caller looks again at once.
+        """
+        try:
+            return self._claim_batch()
+        except _Conflict as exc:
+            logger.info("beat: %s; looking again", exc)
+            return TickResult(self.store.now(), [], 1, 0, [])
+
+    def _claim_batch(self) -> TickResult:
         with self.store.begin() as conn:
             now = self.store.now(conn)
             query = (
@@ -203,7 +214,7 @@ class Claimer:
         now = plan.now
         if task.next_run is None or task.next_run == EPOCH:
             # Added or re-timed by raw SQL: plan only, nothing was due yet.
-            plan.update(task, next_run=timer.next_after(now), error=None)
+            plan.update(task, next_run=first_fire(timer, now, task.last_fire), error=None)
             return
         limit = max(task.misfire_limit, 1)
         first, times, count = _backlog(timer, task.next_run, now, keep=limit + 1)

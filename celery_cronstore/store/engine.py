@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -55,7 +57,7 @@ def create_store_engine(url: str, **options: Any) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         options.setdefault("pool_pre_ping", True)
-        return sa.create_engine(parsed, **options)
+        return _fork_safe(sa.create_engine(parsed, **options))
     memory = parsed.database in (None, "", ":memory:")
     connect_args = options.pop("connect_args", {})
     connect_args.setdefault("check_same_thread", False)
@@ -63,6 +65,8 @@ def create_store_engine(url: str, **options: Any) -> Engine:
     if memory:
         options.setdefault("poolclass", StaticPool)
     engine = sa.create_engine(parsed, connect_args=connect_args, **options)
+    if not memory:
+        _fork_safe(engine)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -130,3 +134,22 @@ def db_now(conn: sa.Connection, clock: Clock | None = None) -> datetime:
     if expression is None:
         return datetime.now(timezone.utc)
     return as_utc(conn.execute(sa.select(expression)).scalar_one())
+
+
+def _fork_safe(engine: Engine) -> Engine:
+    """Make a forked child (``celery worker -B``, prefork pools) open its own connections.
+
+    A connection inherited from the parent is shared with it: SQLite then fails with
+    "locking protocol", servers see two clients interleave on one socket. The child drops
+    its inherited pool without closing the parent's connections (SQLAlchemy's advice).
+    """
+    if hasattr(os, "register_at_fork"):
+        ref = weakref.ref(engine)
+
+        def reset_in_child() -> None:
+            inherited = ref()
+            if inherited is not None:
+                inherited.dispose(close=False)
+
+        os.register_at_fork(after_in_child=reset_in_child)
+    return engine

@@ -17,6 +17,8 @@ from celery_cronstore.store.records import (
 )
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import dumps, loads
+from celery_cronstore.timers import Timer
+from celery_cronstore.timers.once import OnceTimer
 
 __all__ = [
     "MESSAGE_SERIALIZER",
@@ -379,3 +381,16 @@ def summarize(value: Any, limit: int = 500) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def first_fire(timer: Timer, now: datetime, last_fire: datetime | None = None) -> datetime | None:
+    """Return the fire to plan for a task added, edited or enabled at ``now``.
+
+    The first fire after ``now``, except for a one-off instant that has already passed and
+    never fired: it is planned as is, so the misfire policy decides (``run_once`` sends it
+    late, ``skip`` records it missed, a starting deadline expires it) instead of the task
+    silently never firing.
+    """
+    if isinstance(timer, OnceTimer) and (last_fire is None or last_fire < timer.at):
+        return timer.at
+    return timer.next_after(now)

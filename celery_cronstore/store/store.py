@@ -26,6 +26,7 @@ from celery_cronstore.store.rows import (
     FIRE_COLUMNS,
     check_text,
     check_values,
+    first_fire,
     owner_values,
     to_fire,
     to_task,
@@ -174,7 +175,7 @@ class Store:
         with self.begin() as conn:
             now = self.now(conn)
             values.update(created_at=now, updated_at=now)
-            values["next_run"] = parsed.next_after(now) if enabled else None
+            values["next_run"] = first_fire(parsed, now) if enabled else None
             try:
                 conn.execute(sa.insert(periodic_task).values(**values))
             except IntegrityError:
@@ -256,7 +257,7 @@ class Store:
                 replan = True
             if replan:
                 self._record_unclaimed(conn, current, now, "re-planned" if enabled else "disabled")
-                values["next_run"] = parsed.next_after(now) if enabled else None
+                values["next_run"] = first_fire(parsed, now, current.last_fire) if enabled else None
             values.update(updated_at=now, version=_PT.version + 1)
             conn.execute(sa.update(periodic_task).where(_PT.id == current.id).values(**values))
             return to_task(self._row(conn, values.get("name", name)))

@@ -549,7 +549,7 @@ def _describe(fields: list[str], sets: tuple[frozenset[int] | None, ...]) -> str
     if sets[2] is not None:
         days.append(f"on day {_values(dom)} of the month")
     if sets[4] is not None:
-        joiner = " or " if days else ""
+        joiner = "or " if days else ""  # cron: either day field matches
         days.append(f"{joiner}on {_weekday_text(dow)}")
     if sets[3] is not None:
         days.append(f"in {_month_text(month)}")

@@ -165,6 +165,28 @@ def test_a_once_timer_fires_once(store: Store, clock: FrozenClock) -> None:
     assert claimer.claim_due().claims == []
 
 
+def test_a_once_timer_added_after_its_instant_follows_the_misfire_policy(
+    store: Store, clock: FrozenClock
+) -> None:
+    """A one-off instant that passed before the task was added is not silently dropped:
+    run_once sends it late, skip records it missed (with a reason); neither fires again,
+    and re-enabling a one-off that already fired does not fire it twice."""
+    clock.set(at(120))
+    store.add("late", task="t", timer="2026-01-05T12:00:30Z")
+    store.add("late-skip", task="t", timer="2026-01-05T12:00:30Z", misfire_policy="skip")
+    assert store.get("late").next_run == at(30)
+    claimer = Claimer(store, "b1")
+    assert [(c.name, c.fire_time) for c in claimer.claim_due().claims] == [("late", at(30))]
+    assert [(f.state, f.reason is not None) for f in store.history("late-skip")] == [
+        ("missed", True)
+    ]
+    store.disable("late")
+    store.enable("late")
+    assert store.get("late").next_run is None
+    clock.set(at(3600))
+    assert claimer.claim_due().claims == []
+
+
 def test_a_bad_row_is_put_in_error_and_the_others_still_fire(
     store: Store, clock: FrozenClock
 ) -> None:
@@ -275,3 +297,28 @@ def test_heartbeats_are_recorded_per_beat(store: Store, clock: FrozenClock) -> N
         ("b1", at(5)),
         ("b2", at(5)),
     ]
+
+
+def test_a_batch_that_loses_a_race_is_rolled_back_and_retried(
+    store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row changed under a claim (compare-and-set miss) must neither claim half a batch
+    nor escape as an exception that would stop beat: the batch is retried whole."""
+    from celery_cronstore.store import claims
+
+    store.add("a", task="t.a", timer="*:*:0/10")
+    clock.set(at(10))
+    claimer = Claimer(store, "b1")
+    real_write = claims.Claimer._write
+
+    def losing_write(self: Claimer, conn: sa.Connection, plan: object) -> None:
+        real_write(self, conn, plan)  # type: ignore[arg-type]
+        raise claims._Conflict("a due row changed while it was being claimed")
+
+    monkeypatch.setattr(claims.Claimer, "_write", losing_write)
+    lost = claimer.claim_due()
+    assert (lost.claims, lost.rows) == ([], 1)  # nothing claimed; "look again at once"
+    assert store.history("a") == []  # the ledger insert was rolled back with the batch
+    monkeypatch.undo()
+    won = claimer.claim_due()
+    assert [c.fire_time for c in won.claims] == [at(10)]

@@ -310,7 +310,7 @@ def test_bad_settings_are_named() -> None:
     with pytest.raises(ValueError, match="CRONSTORE_ENGINE_OPTIONS must be a dict, got str"):
         ext.store_for(app)
     celery = celery_app(cronstore_url=5)
-    with pytest.raises(ValueError, match="cronstore_url must be a str, got 5"):
+    with pytest.raises(ValueError, match="cronstore_url must be a non-empty string, got 5"):
         _ = CronStore(Flask(__name__), celery=celery).store
     with pytest.raises(TypeError, match="is not a mapped SQLAlchemy class with a table"):
         ext.tie_owner(int)

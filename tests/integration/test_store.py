@@ -218,3 +218,30 @@ def test_raw_sql_timer_edit_is_replanned_by_the_trigger(store: Store) -> None:
     from celery_cronstore.store.types import EPOCH
 
     assert store.get("a").next_run == EPOCH
+
+
+def test_a_forked_child_opens_its_own_connections(db_url: str) -> None:
+    """``celery worker -B`` forks beat after the parent used the store: the child must not
+    reuse the parent's pooled connection (SQLite: "locking protocol"; servers: two clients
+    on one socket), and the parent's connection must survive the child."""
+    import os
+
+    parent = Store(db_url)
+    parent.add("before-fork", task="t.x", timer="every 1h")
+    with parent.engine.connect() as conn:  # the connection the pool keeps for the parent
+        inherited = conn.connection.dbapi_connection
+    pid = os.fork()
+    if pid == 0:  # the child: use the inherited store, report by exit status only
+        code = 1
+        try:
+            with parent.engine.connect() as conn:
+                if conn.connection.dbapi_connection is inherited:
+                    os._exit(2)  # reused the parent's connection
+            parent.add("in-child", task="t.x", timer="every 2h")
+            code = 0 if parent.get("before-fork").task == "t.x" else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [t.name for t in parent.list()] == ["before-fork", "in-child"]
+    parent.close()
