@@ -11,6 +11,7 @@ import click
 
 from celery_cronstore.cli.base import (
     EXIT_FAILED,
+    BadInputError,
     Command,
     CommandError,
     emit_json,
@@ -192,17 +193,30 @@ def migrate(ctx: click.Context) -> None:
     show_default=True,
     help="Healthy only if some beat ticked within this many seconds.",
 )
+@click.option("--host", help="Only beats running on this host (node names start HOST:).")
+@click.option(
+    "--this-host",
+    is_flag=True,
+    help="Only beats on the host running this command (a per-pod liveness probe).",
+)
 @click.pass_context
-def health(ctx: click.Context, max_age: float) -> None:
+def health(ctx: click.Context, max_age: float, host: str | None, this_host: bool) -> None:
     """Exit 0 if a beat ticked within --max-age seconds, 1 otherwise (liveness probe)."""
+    if host is not None and this_host:
+        raise BadInputError("give --host or --this-host, not both")
+    if this_host:
+        host = socket.gethostname()
     store = get_store(ctx)
     beats = store.beats()
+    if host is not None:
+        beats = [b for b in beats if b[0].startswith(f"{host}:")]
     now = store.now()
     newest = beats[0] if beats else None
     age = (now - newest[2]).total_seconds() if newest else None
     healthy = age is not None and age <= max_age
+    where = f" on host {host}" if host is not None else ""
     if newest is None:
-        reason = f"unhealthy: no beat has ever ticked in {store.url}"
+        reason = f"unhealthy: no beat{where} has ever ticked in {store.url}"
     elif healthy:
         reason = f"healthy: beat {newest[0]} ticked {age:.1f}s ago (max {max_age:g}s)"
     else:

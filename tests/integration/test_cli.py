@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -289,6 +290,19 @@ def test_health(run: Run, db_url: str) -> None:
     got = as_json(run("--json", "health"))
     assert got["healthy"] is True
     assert [b["node"] for b in got["beats"]] == ["new-beat", "old-beat"]
+
+    # Per host: a pod's probe looks at the beats on its own host only.
+    here = socket.gethostname()
+    stale = Store(db_url, clock=FrozenClock(datetime.now(timezone.utc) - timedelta(hours=1)))
+    try:
+        Claimer(stale, f"{here}:1:abc").heartbeat(stale.now())
+    finally:
+        stale.close()
+    elsewhere = run("health", "--host", "elsewhere", code=1).stderr
+    assert "no beat on host elsewhere has ever" in elsewhere
+    assert "newest beat tick was" in run("health", "--this-host", code=1).stderr
+    assert run("health", "--host", "new-beat", code=1).exit_code == 1  # "new-beat" has no host:
+    assert run("health", "--host", "x", "--this-host", code=2).stderr.startswith("Error: give")
 
 
 # -- bad input ------------------------------------------------------------------------------
