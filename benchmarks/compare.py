@@ -545,6 +545,7 @@ def measure(
         due=k,
         sent=sent[0],
         dispatch_s=dispatch if sent[0] >= k else None,
+        dispatch_elapsed_s=dispatch,
         dispatch_ticks=rounds,
         dispatch_first_tick_s=first_tick,
         dispatch_slept_s=slept,
@@ -817,10 +818,10 @@ def plots(data: dict[str, Any], folder: str) -> list[str]:
         ylabel: str,
         field: str,
         scale: Callable[[float], float] = lambda v: v,
-        logy: bool = True,
         dashed: str | None = None,
+        partial: bool = False,
     ) -> str:
-        fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+        fig, ax = plt.subplots(figsize=(8, 5.6), dpi=110)
         for key in SCHEDULERS:
             color, marker = STYLE[key]
             label = LABELS[key]
@@ -828,7 +829,7 @@ def plots(data: dict[str, Any], folder: str) -> list[str]:
                 p["n"] for p in data["results"] if p["scheduler"] == key and p.get("status") != "ok"
             ]
             if stopped:
-                label += f" (N={stopped[0]:,}: over budget, series stopped)"
+                label += f" (series stopped: N={stopped[0]:,} over budget)"
             xs, ys = series(key, field)
             if xs:
                 ax.plot(xs, [scale(y) for y in ys], color=color, marker=marker, label=label)
@@ -836,19 +837,40 @@ def plots(data: dict[str, Any], folder: str) -> list[str]:
                 xs, ys = series(key, dashed)
                 if xs:
                     ax.plot(xs, [scale(y) for y in ys], color=color, linestyle="--", alpha=0.6)
+            for p in data["results"] if partial else ():
+                # An unfinished dispatch: a hollow marker at the time spent, a lower bound.
+                if p["scheduler"] != key or p.get("dispatch_s") is not None:
+                    continue
+                if p.get("dispatch_elapsed_s") is None:
+                    continue
+                ax.plot(
+                    [p["n"]],
+                    [p["dispatch_elapsed_s"]],
+                    marker=marker,
+                    color=color,
+                    markerfacecolor="white",
+                    linestyle="none",
+                )
+                ax.annotate(
+                    f"> {p['dispatch_elapsed_s']:.0f} s\n({p['sent']:,} of {p['due']:,} sent)",
+                    (p["n"], p["dispatch_elapsed_s"]),
+                    textcoords="offset points",
+                    xytext=(8, -4 if key == "django" else -26),
+                    fontsize=8,
+                    color=color,
+                )
         ax.set_xscale("log")
-        if logy:
-            ax.set_yscale("log")
+        ax.set_yscale("log")
         ax.set_xlabel("periodic tasks stored (N)")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(True, which="major", alpha=0.4)
         ax.grid(True, which="minor", alpha=0.12)
-        ax.legend()
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8.5)
         fig.text(0.99, 0.01, note, ha="right", va="bottom", fontsize=7, color="gray")
         fig.tight_layout(rect=(0, 0.03, 1, 1))
         path = os.path.join(folder, name)
-        fig.savefig(path)
+        fig.savefig(path, bbox_inches="tight")  # the legend sits below the axes
         plt.close(fig)
         return path
 
@@ -862,9 +884,8 @@ def plots(data: dict[str, Any], folder: str) -> list[str]:
         draw(
             "compare-rss.png",
             "Beat process memory (solid: after startup + idle ticks; dashed: peak)",
-            "RSS, MB",
+            "RSS, MB (log)",
             "rss_idle_mb",
-            logy=False,
             dashed="peak_rss_mb",
         ),
         draw(
@@ -872,6 +893,7 @@ def plots(data: dict[str, Any], folder: str) -> list[str]:
             "Sending K = min(N, 1000) tasks made due at once",
             "seconds until all K are sent (log)",
             "dispatch_s",
+            partial=True,
         ),
         draw(
             "compare-startup.png",
