@@ -22,6 +22,7 @@ and docs/img/compare-*.png; see docs/comparison.md for the method.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -54,6 +55,12 @@ DISTRIBUTIONS = {
     "django": "django-celery-beat",
     "sqlalchemy": "sqlalchemy-celery-beat",
     "redbeat": "celery-redbeat",
+}
+MODULES = {
+    "cronstore": "celery_cronstore",
+    "django": "django_celery_beat",
+    "sqlalchemy": "sqlalchemy_celery_beat",
+    "redbeat": "redbeat",
 }
 #: The filled tasks fire at minute (fill minute + MINUTE_GAP + i % MINUTE_SPREAD) of every
 #: hour: nothing is due for MINUTE_GAP minutes after the fill, which bounds a measurement.
@@ -967,6 +974,14 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(chosen) - set(SCHEDULERS))
         if unknown:
             parser.error(f"unknown scheduler(s) {', '.join(unknown)}; choose from {SCHEDULERS}")
+        missing = [
+            DISTRIBUTIONS[key] for key in chosen if importlib.util.find_spec(MODULES[key]) is None
+        ]
+        if missing or importlib.util.find_spec("matplotlib") is None:
+            raise SystemExit(
+                f"missing in {sys.executable}: {', '.join(missing) or 'matplotlib'}; "
+                "run `make bench-compare` (it installs them into .venv-bench)"
+            )
         sizes = parse_sizes(opts.sizes)
         ours = parse_sizes(opts.cronstore_sizes) if opts.cronstore_sizes else sizes
         data: dict[str, Any] = {
