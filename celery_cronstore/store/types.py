@@ -89,4 +89,10 @@ def loads(text: str | None, default: Any) -> Any:
     """Parse JSON text written by :func:`dumps` (or by hand); ``None`` gives ``default``."""
     if text is None or text == "":
         return default
+    # Most rows hold empty args/kwargs/options: skip the parser for them (fresh objects,
+    # never shared, since callers may mutate what they get).
+    if text == "[]":
+        return []
+    if text == "{}":
+        return {}
     return json.loads(text)
