@@ -39,6 +39,10 @@ class Config:
     require_registered: bool = True
     #: Lateness (seconds) under which a fire counts as on time for the ``skip`` policy.
     misfire_grace: float = 30.0
+    #: CronTask fires only: seconds a published fire may wait for its run to start before
+    #: beat publishes it again under the same task id (a message the broker lost; the
+    #: guard starts one copy at most). At most 3 times per fire.
+    start_timeout: float = 300.0
 
     @classmethod
     def from_app(cls, app: Any) -> Config:

@@ -137,6 +137,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             misfire_grace=self.config.misfire_grace,
             allowlist=self.config.task_allowlist,
             task_check=self._unregistered if self.config.require_registered else None,
+            start_timeout=self.config.start_timeout,
         )
         replanned = claimer.replan_errors()
         if replanned:
@@ -152,6 +153,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             # Stale claims are taken over at start and every few seconds after.
             assert self._started_at is not None
             claimer.heartbeat(self._started_at)
+            unstarted = claimer.redeliver_unstarted()
+            if unstarted:
+                logger.warning(
+                    "beat: %d CronTask fire(s) not started %gs after publishing; "
+                    "publishing again under the same task id",
+                    unstarted,
+                    self.config.start_timeout,
+                )
             reclaimed = claimer.reclaim_expired()
             if reclaimed:
                 logger.warning(
@@ -198,12 +207,18 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             self.__dict__.pop("producer", None)
             self.__dict__.pop("connection", None)
             if sent:
-                claimer.mark_published(sent)
+                claimer.mark_published(sent, self._watched)
             return False
         self._pending = []
         faults.hit("after_publish")
-        claimer.mark_published(sent)
+        claimer.mark_published(sent, self._watched)
         return True
+
+    def _watched(self, claim: Claim) -> bool:
+        """Whether the ledger will see this fire start (a CronTask records its start)."""
+        from celery_cronstore.task import CronTask
+
+        return isinstance(self.app.tasks.get(claim.task), CronTask)
 
     def _send(self, claim: Claim, producer: Any, router: Any = None) -> None:
         publish(self.app, claim, producer, router)

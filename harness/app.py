@@ -50,6 +50,8 @@ app.conf.update(
     cronstore_url=os.environ.get("HARNESS_STORE", "sqlite:///harness.sqlite"),
     cronstore_poll_interval=float(os.environ.get("HARNESS_POLL", "0.5")),
     cronstore_lease=float(os.environ.get("HARNESS_LEASE", "4")),
+    # A published fire not started in 6 s is published again (the guard starts one).
+    cronstore_start_timeout=float(os.environ.get("HARNESS_START_TIMEOUT", "6")),
     cronstore_engine_options={"connect_args": {"connect_timeout": 3}},
     # 1-second timers: the early-drop rule must not drop an on-time run that follows a
     # late one by less than a second.

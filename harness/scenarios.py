@@ -243,7 +243,7 @@ def run(scenario: Scenario, settings: Settings, services: Services | None = None
         for spec in TIMERS:
             if spec["name"] not in disabled:
                 disabled[spec["name"]] = store.disable(spec["name"]).updated_at
-        _drain(store, time.monotonic() + 10.0)
+        _drain(store, time.monotonic() + 20.0)  # start timeout + housekeeping + a run
     finally:
         cluster.stop()
         db_proxy.close()

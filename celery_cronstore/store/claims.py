@@ -109,6 +109,8 @@ class Claimer:
         misfire_grace: float = 30.0,
         allowlist: tuple[str, ...] = (),
         task_check: Callable[[str], str | None] | None = None,
+        start_timeout: float | None = None,
+        max_redeliveries: int = 3,
     ) -> None:
         self.store = store
         self.node = node
@@ -116,6 +118,10 @@ class Claimer:
         self.batch_size = batch_size
         self.misfire_grace = timedelta(seconds=misfire_grace)
         self.allowlist = allowlist
+        #: Seconds a watched published fire may wait for its start before it is
+        #: published again (``None``: never), and how often that may happen.
+        self.start_timeout = start_timeout
+        self.max_redeliveries = max_redeliveries
         #: Extra rule on task names (beat: "is it registered?"); returns a refusal reason.
         self.task_check = task_check
 
@@ -372,17 +378,32 @@ class Claimer:
 
     # -- after publishing -----------------------------------------------------------------
 
-    def mark_published(self, claims: list[Claim]) -> int:
-        """Mark claims as published, fenced on this node and each claim's attempt."""
+    def mark_published(
+        self, claims: list[Claim], watched: Callable[[Claim], bool] | None = None
+    ) -> int:
+        """Mark claims as published, fenced on this node and each claim's attempt.
+
+        A claim ``watched`` says yes to (beat: a CronTask, whose start the ledger records)
+        gets a *start lease*: if it has not started ``start_timeout`` seconds from now,
+        :meth:`redeliver_unstarted` hands it back for another publish (at most
+        ``max_redeliveries`` times).
+        """
         if not claims:
             return 0
-        by_attempt: dict[int, list[str]] = {}
+        groups: dict[tuple[int, bool], list[str]] = {}
         for claim in claims:
-            by_attempt.setdefault(claim.attempt, []).append(claim.task_id)
+            watch = (
+                watched is not None
+                and self.start_timeout is not None
+                and claim.attempt <= self.max_redeliveries
+                and watched(claim)
+            )
+            groups.setdefault((claim.attempt, watch), []).append(claim.task_id)
         marked = 0
         with self.store.begin() as conn:
             now = self.store.now(conn)
-            for attempt, ids in by_attempt.items():
+            for (attempt, watch), ids in groups.items():
+                lease = now + timedelta(seconds=self.start_timeout or 0) if watch else None
                 for start in range(0, len(ids), 1000):
                     result = conn.execute(
                         sa.update(fire)
@@ -392,10 +413,28 @@ class Claimer:
                             _F.claimed_by == self.node,
                             _F.attempts == attempt,
                         )
-                        .values(state="published", published_at=now, lease_until=None)
+                        .values(state="published", published_at=now, lease_until=lease)
                     )
                     marked += result.rowcount
         return marked
+
+    def redeliver_unstarted(self) -> int:
+        """Hand back published fires whose start lease ran out without a start.
+
+        A message can be lost after the broker took it (Redis: popped by a worker whose
+        connection dropped before the message arrived). Such a fire is put back in state
+        ``claimed`` with an expired lease, so :meth:`reclaim_expired` publishes it again
+        under the same task id; if the first message does turn up, the CronTask guard
+        starts only one of them. Return how many fires were handed back.
+        """
+        with self.store.begin() as conn:
+            now = self.store.now(conn)
+            result = conn.execute(
+                sa.update(fire)
+                .where(_F.state == "published", _F.lease_until < now)
+                .values(state="claimed", lease_until=now - timedelta(microseconds=1))
+            )
+            return max(result.rowcount, 0)
 
     def reclaim_expired(self) -> list[Claim]:
         """Take over claims whose lease ran out unpublished; return them to publish again."""

@@ -322,3 +322,52 @@ def test_a_batch_that_loses_a_race_is_rolled_back_and_retried(
     monkeypatch.undo()
     won = claimer.claim_due()
     assert [c.fire_time for c in won.claims] == [at(10)]
+
+
+def test_a_watched_fire_not_started_in_time_is_published_again_under_its_id(
+    store: Store, clock: FrozenClock
+) -> None:
+    """A message the broker lost after taking it: the ledger still says "published" and
+    nothing started. A watched (CronTask) fire is handed back after its start timeout and
+    re-published with the same task id, at most ``max_redeliveries`` times; an unwatched
+    fire and a fire that started are left alone."""
+    store.add("watched", task="t.cron", timer="*:*:0/10")
+    store.add("plain", task="t.plain", timer="*:*:0/10")
+    clock.set(at(10))
+    claimer = Claimer(store, "b1", lease=5, start_timeout=30, max_redeliveries=2)
+    claims = claimer.claim_due().claims
+    assert claimer.mark_published(claims, lambda c: c.task == "t.cron") == 2
+    first = {c.name: c for c in claims}
+
+    clock.set(at(39))  # start lease not yet over
+    assert claimer.redeliver_unstarted() == 0
+    clock.set(at(41))
+    assert claimer.redeliver_unstarted() == 1
+    again = claimer.reclaim_expired()
+    assert [(c.name, c.task_id, c.attempt) for c in again] == [
+        ("watched", first["watched"].task_id, 2)
+    ]
+    claimer.mark_published(again, lambda c: True)
+    clock.set(at(72))
+    assert claimer.redeliver_unstarted() == 1  # attempt 2 <= 2: watched once more
+    third = claimer.reclaim_expired()
+    assert [c.attempt for c in third] == [3]
+    claimer.mark_published(third, lambda c: True)
+    clock.set(at(200))
+    assert claimer.redeliver_unstarted() == 0  # attempt 3 > max_redeliveries: no lease
+    assert [f.state for f in store.history("plain")] == ["published"]
+
+
+def test_no_redelivery_once_the_fire_started(store: Store, clock: FrozenClock) -> None:
+    from celery_cronstore.store.guard import start_fire
+
+    store.add("watched", task="t.cron", timer="*:*:0/10")
+    clock.set(at(10))
+    claimer = Claimer(store, "b1", lease=5, start_timeout=30)
+    claims = claimer.claim_due().claims
+    claimer.mark_published(claims, lambda c: True)
+    clock.set(at(11))
+    start_fire(store, claims[0].task_id, node="w1", retries=0)
+    clock.set(at(100))
+    assert claimer.redeliver_unstarted() == 0
+    assert claimer.reclaim_expired() == []
