@@ -165,13 +165,6 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
     ``cronstore_retry_jitter``.
     """
 
-    #: Acknowledge a message only once its run is over, and give it back if the worker
-    #: dies: a delivery lost with a broker connection (or a worker) is delivered again
-    #: instead of being lost. The guard makes this safe: a fire that already started
-    #: refuses every later delivery, so "at most one start" still holds.
-    acks_late = True
-    reject_on_worker_lost = True
-
     cronstore_retry_backoff: float = 2.0
     cronstore_retry_backoff_max: float = 600.0
     cronstore_retry_jitter: bool = False
