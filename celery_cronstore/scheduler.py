@@ -17,15 +17,14 @@ from datetime import datetime
 from typing import Any
 
 from celery import beat
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from celery_cronstore import faults
 from celery_cronstore.beat_schedule import timer_from_entry
-from celery_cronstore.cli.base import scrub
 from celery_cronstore.config import Config
 from celery_cronstore.errors import CronstoreError, DuplicateTaskError, SchemaVersionError
 from celery_cronstore.publish import BoundRouter, publish
+from celery_cronstore.secrets import app_passwords, scrub
 from celery_cronstore.store import Claim, Claimer, Store
 from celery_cronstore.store.engine import redact
 
@@ -227,7 +226,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
     def _scrub(self, exc: BaseException) -> str:
         """Return the first line of ``exc`` with every password removed (drivers and
         brokers may echo a URL or a connection string)."""
-        return scrub(_first_line(exc), _passwords(self.app, self.config.url))
+        return scrub(_first_line(exc), app_passwords(self.app, self.config.url))
 
     def _unregistered(self, name: str) -> str | None:
         """Return why beat refuses task ``name``: not registered in its app."""
@@ -318,16 +317,3 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else ""
-
-
-def _passwords(app: Any, url: str) -> list[str]:
-    """Every password in the store, broker and result backend URLs (to scrub from logs)."""
-    found: list[str] = []
-    for value in (url, app.conf.get("broker_url"), app.conf.get("result_backend")):
-        try:
-            password = make_url(value).password if isinstance(value, str) else None
-        except Exception:  # not an SQLAlchemy URL (amqp://...): scrub()'s patterns cover it
-            password = None
-        if password:
-            found.append(str(password))
-    return found

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
 import click
 from celery.bin.base import CeleryCommand, CLIContext
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from celery_cronstore.errors import (
@@ -30,6 +28,7 @@ from celery_cronstore.errors import (
     TaskNotFoundError,
     TimerSyntaxError,
 )
+from celery_cronstore.secrets import app_passwords, scrub
 from celery_cronstore.store import Store
 from celery_cronstore.timers.once import format_instant
 
@@ -53,11 +52,6 @@ __all__ = [
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
-
-#: ``scheme://user:password@`` in any text (exception messages, driver errors).
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)[^\s@/]*@")
-#: ``password=...`` in libpq-style connection strings and driver messages.
-_KEY_PASSWORD = re.compile(r"(?i)(?P<head>\b(?:password|passwd|pwd)\s*[=:]\s*)[^\s,;)'\"]+")
 
 
 class CommandError(click.ClickException):
@@ -102,41 +96,17 @@ def get_app(ctx: click.Context) -> Any:
     return obj.app
 
 
-def _passwords(app: Any) -> list[str]:
-    """Every password in the app's store and broker URLs (to scrub them from messages)."""
-    found: list[str] = []
-    for key in ("cronstore_url", "broker_url", "result_backend"):
-        try:
-            value = app.conf.get(key)
-            password = make_url(value).password if isinstance(value, str) else None
-        except Exception:  # not an SQLAlchemy URL (amqp://...): the regex still covers it
-            password = None
-        if password:
-            found.append(str(password))
-    return found
-
-
 def get_store(ctx: click.Context, *, check: bool = True) -> Store:
     """Open the app's store once per invocation (checking its schema unless told not to)."""
     settings = get_settings(ctx)
     if settings.store is None:
         app = get_app(ctx)
-        settings.secrets = _passwords(app)
+        settings.secrets = app_passwords(app)
         settings.store = Store.from_app(app)
         ctx.call_on_close(settings.store.close)
         if check:
             settings.store.check_schema()
     return settings.store
-
-
-def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """Return ``text`` without passwords: in URLs, ``password=`` pairs and known secrets."""
-    text = _URL_PASSWORD.sub(r"\g<head>***@", text)
-    text = _KEY_PASSWORD.sub(r"\g<head>***", text)
-    for secret in secrets:
-        if len(secret) >= 3:
-            text = text.replace(secret, "***")
-    return text
 
 
 def _describe(exc: BaseException) -> tuple[str, int]:

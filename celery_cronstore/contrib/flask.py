@@ -221,7 +221,7 @@ def migrate_command() -> None:
         store.upgrade()
         store.check_schema()
     except (CronstoreError, sa.exc.SQLAlchemyError, ValueError, OSError) as exc:
-        from celery_cronstore.cli.base import scrub
+        from celery_cronstore.secrets import scrub
 
         raise click.ClickException(scrub(f"{type(exc).__name__}: {exc}")) from None
     click.echo(f"{store.url}: schema at revision {head_revision()}")
