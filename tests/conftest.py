@@ -14,6 +14,10 @@ from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
+from timeline import T0
+
+from celery_cronstore.store import Store
+from celery_cronstore.testing import FrozenClock
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -98,7 +102,6 @@ def rabbitmq_url() -> str:
 )
 def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A migrated, empty cronstore database URL on each backend."""
-    from celery_cronstore.store import Store
 
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'cronstore.sqlite'}"
@@ -113,3 +116,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     finally:
         store.close()
     return url
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    """A frozen clock at :data:`timeline.T0` (a module may define its own)."""
+    return FrozenClock(T0)
+
+
+@pytest.fixture
+def store(db_url: str, clock: FrozenClock) -> Iterator[Store]:
+    """A store on ``db_url`` and ``clock``; fails the test if a connection leaked."""
+    s = Store(db_url, clock=clock)
+    yield s
+    assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
+    s.close()

@@ -11,35 +11,16 @@ from __future__ import annotations
 import logging
 import queue
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
+from timeline import at
 
 from celery_cronstore.scheduler import Scheduler
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.testing import FrozenClock
-
-T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=timezone.utc)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock(T0)
-
-
-@pytest.fixture
-def store(db_url: str, clock: FrozenClock) -> Iterator[Store]:
-    s = Store(db_url, clock=clock)
-    yield s
-    assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
-    s.close()
 
 
 @pytest.fixture

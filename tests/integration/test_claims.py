@@ -3,34 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 
 import pytest
 import sqlalchemy as sa
+from timeline import T0, at
 
 from celery_cronstore.store import Claimer, Store, fire_task_id
 from celery_cronstore.store.types import EPOCH
 from celery_cronstore.testing import FrozenClock
-
-T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=timezone.utc)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock(T0)
-
-
-@pytest.fixture
-def store(db_url: str, clock: FrozenClock) -> Iterator[Store]:
-    s = Store(db_url, clock=clock)
-    yield s
-    assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
-    s.close()
 
 
 def states(store: Store, name: str) -> list[tuple[datetime, str, int]]:

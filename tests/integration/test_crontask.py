@@ -9,35 +9,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
 import pytest
 from celery import Celery
 from celery.exceptions import TimeLimitExceeded
+from timeline import at
 
 from celery_cronstore.store import Claim, Claimer, Store, guard
 from celery_cronstore.task import CronTask, use_store
 from celery_cronstore.testing import FrozenClock
-
-T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=timezone.utc)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock(T0)
-
-
-@pytest.fixture
-def store(db_url: str, clock: FrozenClock) -> Iterator[Store]:
-    s = Store(db_url, clock=clock)
-    yield s
-    assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
-    s.close()
 
 
 class Env:

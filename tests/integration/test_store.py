@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pytest
@@ -18,14 +17,6 @@ T0 = datetime(2026, 3, 28, 23, 58, 30, tzinfo=timezone.utc)
 @pytest.fixture
 def clock() -> FrozenClock:
     return FrozenClock(T0)
-
-
-@pytest.fixture
-def store(db_url: str, clock: FrozenClock) -> Iterator[Store]:
-    s = Store(db_url, clock=clock)
-    yield s
-    assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
-    s.close()
 
 
 def test_add_and_get_round_trip_every_field(store: Store) -> None:
