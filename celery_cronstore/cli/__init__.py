@@ -7,6 +7,7 @@ Celery finds the group through the ``celery.commands`` entry point;
 from __future__ import annotations
 
 from celery_cronstore.cli import ops as _ops  # noqa: F401  (registers its commands)
+from celery_cronstore.cli import web as _web  # noqa: F401  (registers `web`)
 from celery_cronstore.cli.commands import cronstore
 
 __all__ = ["cronstore", "main"]

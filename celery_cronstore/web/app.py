@@ -1,0 +1,450 @@
+"""The dashboard as a WSGI application: routing, access control, pages and actions.
+
+Reads go through :mod:`celery_cronstore.store.read` (bounded, indexed queries); every
+write goes through the :class:`~celery_cronstore.store.Store` API (or the claimer for
+"run now", as ``cronstore run-now`` does), so validation and planning live in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
+
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
+from werkzeug.routing import Map, MapAdapter, Rule
+from werkzeug.utils import redirect
+from werkzeug.wrappers import Request, Response
+
+from celery_cronstore.errors import CronstoreError, TaskNotFoundError, TimerError
+from celery_cronstore.secrets import scrub
+from celery_cronstore.store import Claimer, PeriodicTask, Store
+from celery_cronstore.store.read import (
+    SORTS,
+    fire_page,
+    fire_series,
+    problems,
+    task_page,
+)
+from celery_cronstore.timers import KINDS
+from celery_cronstore.web import forms
+from celery_cronstore.web.auth import SESSION_COOKIE, Credentials, Identity, Signer, from_header
+from celery_cronstore.web.render import (
+    describe_timer,
+    environment,
+    fmt_local,
+    fmt_utc,
+    lateness_chart,
+    relative,
+    states_in,
+)
+
+__all__ = ["CSP", "WebApp"]
+
+#: No inline script or style anywhere; scripts, styles and fetches from this origin only.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+_STATIC = {"app.css": "text/css", "timer.js": "text/javascript"}
+#: Outcome messages after a write (a code in the redirect, never text from the URL).
+DONE = {
+    "enabled": "Enabled.",
+    "disabled": "Disabled.",
+    "run": "Sent one fire now; it is at the top of the history.",
+    "saved": "Saved.",
+    "added": "Added.",
+    "removed": "Removed.",
+}
+_ACTIONS = ("enable", "disable", "run", "remove")
+
+
+@dataclass
+class _Ctx:
+    """One request: who sent it, the URL builder and the store's now."""
+
+    request: Request
+    urls: MapAdapter
+    identity: Identity | None
+    now: datetime
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class WebApp:
+    """The dashboard; a WSGI callable (mount it anywhere: URLs follow ``SCRIPT_NAME``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        credentials: Credentials | None = None,
+        read_only: bool = False,
+        celery_app: Any = None,
+        secret_key: bytes | None = None,
+        secrets: Iterable[str] = (),
+        metrics: bool = True,
+    ) -> None:
+        self.store = store
+        self.credentials = credentials or Credentials()
+        #: Nobody writes without logging in: without credentials the dashboard only reads.
+        self.read_only = read_only or not self.credentials.configured
+        self.celery_app = celery_app
+        self.signer = Signer(secret_key)
+        self.secrets = [*secrets, *self.credentials.secrets()]
+        self.metrics = metrics
+        self.node = f"web@{socket.gethostname()}:{os.getpid()}"
+        self.env = environment()
+        self.env.filters["scrub"] = lambda text: None if text is None else self.scrub(text)
+        self.url_map = Map(
+            [
+                Rule("/", endpoint="tasks"),
+                Rule("/task", endpoint="task"),
+                Rule("/task/edit", endpoint="edit", methods=["GET", "POST"]),
+                Rule("/task/new", endpoint="new", methods=["GET", "POST"]),
+                Rule("/task/action", endpoint="action", methods=["POST"]),
+                Rule("/problems", endpoint="problems"),
+                Rule("/api/preview", endpoint="preview"),
+                Rule("/login", endpoint="login", methods=["GET", "POST"]),
+                Rule("/logout", endpoint="logout", methods=["POST"]),
+                Rule("/metrics", endpoint="metrics"),
+                Rule("/static/<file>", endpoint="static"),
+            ]
+        )
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        request = Request(environ)
+        response = self.respond(request)
+        _harden(response, request)
+        return response(environ, start_response)
+
+    def scrub(self, text: str) -> str:
+        """Return ``text`` without passwords (database URLs, our own credentials)."""
+        return scrub(text, self.secrets)
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def respond(self, request: Request) -> Response:
+        urls = self.url_map.bind_to_environ(request.environ)
+        try:
+            endpoint, values = urls.match()
+        except HTTPException as exc:
+            return self.plain(exc.code or 404, exc.description or "not found")
+        if endpoint == "static":
+            return self.static(values["file"])
+        identity = self.identify(request)
+        if self.credentials.configured and identity is None and endpoint != "login":
+            if endpoint in ("preview", "metrics") or request.method == "POST":
+                response = self.plain(401, "authentication required")
+                response.headers["WWW-Authenticate"] = 'Bearer realm="cronstore"'
+                return response
+            return redirect(urls.build("login", {"next": _local_path(request)}), 303)
+        if request.method == "POST" and endpoint not in ("login", "logout"):
+            refused = self.write_refusal(request, identity)
+            if refused is not None:
+                return self.plain(403, refused)
+        try:
+            ctx = _Ctx(request, urls, identity, self.store.now())
+            handler: Callable[[_Ctx], Response] = getattr(self, f"page_{endpoint}")
+            return handler(ctx)
+        except TaskNotFoundError as exc:
+            return self.plain(404, self.scrub(str(exc)))
+        except (NotFound, MethodNotAllowed) as exc:
+            return self.plain(exc.code or 404, exc.description or "")
+
+    def identify(self, request: Request) -> Identity | None:
+        """Return who sent ``request`` (header or session cookie), or ``None``."""
+        if not self.credentials.configured:
+            return None
+        header = request.headers.get("Authorization")
+        if header:
+            return from_header(header, self.credentials)
+        cookie = request.cookies.get(SESSION_COOKIE)
+        return None if cookie is None else self.signer.read_session(cookie)
+
+    def write_refusal(self, request: Request, identity: Identity | None) -> str | None:
+        """Return why a write must be refused, or ``None`` to let it through."""
+        if self.read_only:
+            if not self.credentials.configured:
+                return "read-only: start the dashboard with a token or users to allow writes"
+            return "read-only: the dashboard was started with --read-only"
+        if identity is None:
+            return "authentication required"
+        if identity.via == "bearer":
+            return None  # a browser never adds this header by itself: no CSRF risk
+        origin = request.headers.get("Origin")
+        if origin and origin != "null" and urlsplit(origin).netloc != request.host:
+            return "cross-origin write refused"
+        token = request.form.get("csrf", "")
+        if not self.signer.check_csrf(identity, token):
+            return "missing or wrong CSRF token: reload the page and try again"
+        return None
+
+    # -- responses --------------------------------------------------------------------------
+
+    def render(self, ctx: _Ctx, template: str, status: int = 200, **values: Any) -> Response:
+        identity = ctx.identity
+        html = self.env.get_template(template).render(
+            url=lambda endpoint, **args: ctx.urls.build(endpoint, args),
+            now=ctx.now,
+            identity=identity,
+            can_write=not self.read_only and identity is not None,
+            read_only=self.read_only,
+            login_possible=self.credentials.configured,
+            csrf=self.signer.csrf(identity) if identity is not None else "",
+            store_url=self.scrub(self.store.url),
+            local=fmt_local,
+            relative=relative,
+            utc=fmt_utc,
+            describe=describe_timer,
+            done=DONE.get(ctx.request.args.get("done", "")),
+            **values,
+        )
+        return Response(html, status, content_type="text/html; charset=utf-8")
+
+    def plain(self, status: int, message: str) -> Response:
+        return Response(message + "\n", status, content_type="text/plain; charset=utf-8")
+
+    def static(self, name: str) -> Response:
+        if name not in _STATIC:
+            return self.plain(404, "not found")
+        body = resources.files("celery_cronstore.web").joinpath("static", name).read_bytes()
+        response = Response(body, content_type=f"{_STATIC[name]}; charset=utf-8")
+        response.headers["Cache-Control"] = "public, max-age=300"
+        return response
+
+    def back_to_task(self, ctx: _Ctx, name: str, done: str) -> Response:
+        return redirect(ctx.urls.build("task", {"name": name, "done": done}), 303)
+
+    # -- pages ------------------------------------------------------------------------------
+
+    def page_tasks(self, ctx: _Ctx) -> Response:
+        args = ctx.request.args
+        try:
+            query = forms.task_query(args)
+        except ValueError as exc:
+            return self.plain(400, str(exc))
+        with self.store.engine.connect() as conn:
+            page = task_page(conn, query)
+        return self.render(
+            ctx, "tasks.html", page=page, query=query, sorts=SORTS, kinds=KINDS, args=args
+        )
+
+    def page_task(self, ctx: _Ctx, status: int = 200, **extra: Any) -> Response:
+        name = ctx.request.args.get("name") or ctx.request.form.get("name", "")
+        record = self.store.get(name)
+        try:
+            history_page = max(1, int(ctx.request.args.get("hp", "1")))
+        except ValueError:
+            history_page = 1
+        try:
+            upcoming = self.store.next_runs(name, 10, after=ctx.now)
+            timer_error = None
+        except (TimerError, ValueError) as exc:
+            upcoming, timer_error = [], str(exc)
+        with self.store.engine.connect() as conn:
+            history = fire_page(conn, record.id, page=history_page, per_page=50)
+            series = fire_series(conn, record.id, limit=200)
+        return self.render(
+            ctx,
+            "task.html",
+            status,
+            task=record,
+            upcoming=upcoming,
+            timer_error=timer_error,
+            history=history,
+            chart=lateness_chart(series),
+            legend=states_in(series),
+            can_run=self.celery_app is not None,
+            **extra,
+        )
+
+    def page_problems(self, ctx: _Ctx) -> Response:
+        with self.store.engine.connect() as conn:
+            found = problems(conn, ctx.now)
+        return self.render(ctx, "problems.html", problems=found)
+
+    def page_preview(self, ctx: _Ctx) -> Response:
+        args = ctx.request.args
+        result = forms.preview(
+            args.get("timer", ""), args.get("kind") or None, args.get("tz") or None, ctx.now
+        )
+        return Response(json.dumps(result), content_type="application/json")
+
+    def page_metrics(self, ctx: _Ctx) -> Response:
+        if not self.metrics:
+            return self.plain(404, "metrics are off")
+        from celery_cronstore.web.metrics import exposition
+
+        body, content_type = exposition(self.store, ctx.now)
+        return Response(body, content_type=content_type)
+
+    def page_login(self, ctx: _Ctx) -> Response:
+        target = _safe_next(ctx.request.values.get("next", ""), ctx.urls.build("tasks"))
+        if not self.credentials.configured:
+            return self.render(
+                ctx, "login.html", error="no credentials are configured", target=target
+            )
+        if ctx.request.method == "GET":
+            return self.render(ctx, "login.html", error=None, target=target)
+        form = ctx.request.form
+        name = None
+        if form.get("token") and self.credentials.check_token(form["token"]):
+            name = "token"
+        elif form.get("user") and self.credentials.check_user(
+            form["user"], form.get("password", "")
+        ):
+            name = form["user"]
+        if name is None:
+            return self.render(
+                ctx, "login.html", 403, error="wrong token or password", target=target
+            )
+        response = redirect(target, 303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            self.signer.session(name),
+            httponly=True,
+            samesite="Strict",
+            secure=ctx.request.scheme == "https",
+            path=ctx.request.script_root or "/",
+        )
+        return response
+
+    def page_logout(self, ctx: _Ctx) -> Response:
+        response = redirect(ctx.urls.build("login"), 303)
+        response.delete_cookie(SESSION_COOKIE, path=ctx.request.script_root or "/")
+        return response
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def page_action(self, ctx: _Ctx) -> Response:
+        form = ctx.request.form
+        name, action = form.get("name", ""), form.get("action", "")
+        if action not in _ACTIONS:
+            return self.plain(400, f"unknown action; expected one of {', '.join(_ACTIONS)}")
+        try:
+            if action == "enable":
+                self.store.enable(name)
+            elif action == "disable":
+                self.store.disable(name)
+            elif action == "remove":
+                self.store.remove(name)
+                return redirect(ctx.urls.build("tasks", {"done": "removed"}), 303)
+            else:
+                self.run_now(name)
+        except TaskNotFoundError:
+            raise
+        except (CronstoreError, ValueError) as exc:
+            return self.page_task(ctx, 409, action_error=self.scrub(str(exc)))
+        return self.back_to_task(
+            ctx, name, {"enable": "enabled", "disable": "disabled"}.get(action, action)
+        )
+
+    def run_now(self, name: str) -> None:
+        """Claim and publish one extra fire of ``name`` (as ``cronstore run-now`` does)."""
+        if self.celery_app is None:
+            raise CronstoreError("run now needs the Celery app: create_app(store, celery_app=app)")
+        from celery_cronstore.config import Config
+        from celery_cronstore.publish import publish
+
+        config = Config.from_app(self.celery_app)
+        claimer = Claimer(
+            self.store, self.node, lease=config.lease, allowlist=config.task_allowlist
+        )
+        claim = claimer.claim_now(name)
+        try:
+            publish(self.celery_app, claim)
+        except Exception as exc:
+            raise CronstoreError(
+                f"claimed a fire (task id {claim.task_id}) but could not publish it "
+                f"({type(exc).__name__}: {exc}); a running beat re-publishes it when its "
+                f"lease of {config.lease:g}s runs out"
+            ) from None
+        claimer.mark_published([claim])
+
+    def page_edit(self, ctx: _Ctx) -> Response:
+        name = ctx.request.values.get("name", "")
+        record = self.store.get(name)
+        if ctx.request.method == "GET":
+            return self.edit_form(ctx, record, forms.values_of(record), {})
+        values = forms.submitted(ctx.request.form)
+        changes, errors = forms.changes(values)
+        if not errors and str(record.version) != values["version"]:
+            errors["_form"] = (
+                "someone changed this task since you opened the form; review the current "
+                "definition below and save again"
+            )
+            values = {**forms.values_of(record)}
+        if errors or ctx.request.form.get("submit") == "preview":
+            return self.edit_form(ctx, record, values, errors, status=400 if errors else 200)
+        try:
+            self.store.update(name, **changes)
+        except (CronstoreError, ValueError) as exc:
+            return self.edit_form(ctx, record, values, forms.store_error(exc), status=400)
+        return self.back_to_task(ctx, name, "saved")
+
+    def page_new(self, ctx: _Ctx) -> Response:
+        if ctx.request.method == "GET":
+            return self.edit_form(ctx, None, forms.blank(), {})
+        values = forms.submitted(ctx.request.form)
+        changes, errors = forms.changes(values)
+        name = values["name"]
+        if not name.strip():
+            errors["name"] = "a name is required"
+        if errors or ctx.request.form.get("submit") == "preview":
+            return self.edit_form(ctx, None, values, errors, status=400 if errors else 200)
+        try:
+            self.store.add(name, enabled=values.get("enabled") == "on", **changes)
+        except (CronstoreError, ValueError) as exc:
+            return self.edit_form(ctx, None, values, forms.store_error(exc), status=400)
+        return self.back_to_task(ctx, name, "added")
+
+    def edit_form(
+        self,
+        ctx: _Ctx,
+        record: PeriodicTask | None,
+        values: Mapping[str, str],
+        errors: Mapping[str, str],
+        status: int = 200,
+    ) -> Response:
+        preview = forms.preview(
+            values["timer"], values["kind"] or None, values["tz"] or None, ctx.now
+        )
+        return self.render(
+            ctx,
+            "edit.html",
+            status,
+            task=record,
+            values=values,
+            errors={k: self.scrub(v) for k, v in errors.items()},
+            preview=preview,
+            kinds=KINDS,
+            policies=forms.POLICIES,
+        )
+
+
+def _harden(response: Response, request: Request) -> None:
+    headers = response.headers
+    headers.setdefault("Content-Security-Policy", CSP)
+    headers.setdefault("X-Content-Type-Options", "nosniff")
+    headers.setdefault("X-Frame-Options", "DENY")
+    headers.setdefault("Referrer-Policy", "same-origin")
+    if request.path != "/static" and not request.path.startswith("/static/"):
+        headers.setdefault("Cache-Control", "no-store")
+
+
+def _local_path(request: Request) -> str:
+    query = request.query_string.decode("latin-1")
+    return request.script_root + request.path + (f"?{query}" if query else "")
+
+
+def _safe_next(target: str, default: str) -> str:
+    """Return ``target`` if it is a path on this site (no open redirect), else ``default``."""
+    if target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return default
