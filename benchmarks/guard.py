@@ -23,7 +23,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from celery_cronstore.store import Claimer, Store, guard
+from celery_cronstore.store import Claimer, Store
+from celery_cronstore.store import runs as guard_runs
 from celery_cronstore.testing import FrozenClock
 
 POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -65,11 +66,11 @@ def measure(url: str, runs: int) -> dict[str, float]:
             (claim,) = claims
             t0 = time.perf_counter()
             # (a huge tolerance: the real clock is not the frozen one the fires came from)
-            decision = guard.start_fire(
-                worker, claim.task_id, node="bench", interval=60.0, tolerance=1e9
+            decision = guard_runs.start_fire(
+                worker.db, claim.task_id, node="bench", interval=60.0, tolerance=1e9
             )
             t1 = time.perf_counter()
-            guard.finish_fire(worker, claim.task_id, "succeeded", result={"n": i})
+            guard_runs.finish_fire(worker.db, claim.task_id, "succeeded", result={"n": i})
             t2 = time.perf_counter()
             assert decision.started, decision.reason
             if i >= 20:  # warm-up: pool, statement cache

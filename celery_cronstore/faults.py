@@ -1,36 +1,15 @@
-"""Named fault points inside beat's tick, for the fault-injection harness (``harness/``).
+"""Named fault points inside beat's tick: seams for the fault-injection harness.
 
-Production code calls :func:`hit` at a few places where a crash would be most awkward.
-Unless the environment variable ``CRONSTORE_FAULTS`` is set when this module is first
-imported, :func:`hit` returns at once (one dictionary truth test).
-
-``CRONSTORE_FAULTS`` is a comma-separated list of ``point:when[:action]``:
-
-* ``point`` is one of :data:`POINTS`;
-* ``when`` is a probability per hit (``0.05``) or ``#N`` (only the N-th hit, 1-based);
-* ``action`` is ``kill`` (default: SIGKILL this process, like ``kill -9``), ``raise``
-  (raise :class:`InjectedFault`, a ``ConnectionError``, so beat backs off as after a
-  lost connection) or ``stallS`` (sleep S seconds, e.g. ``stall12``: a pause longer than
-  the lease).
-
-Example: ``CRONSTORE_FAULTS="after_claim:0.02,after_publish:0.05:raise,mid_batch:#3"``.
-``CRONSTORE_FAULTS_SEED`` makes the random draws repeatable.
+Production code calls :func:`hit` where a crash would be most awkward. Nothing happens
+unless a harness :func:`install`\\ s a hook (``harness/faults.py`` does, in the processes
+it starts); then the hook decides what a point does (crash, raise, stall).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import random
-import signal
-import time
-from dataclasses import dataclass
+from collections.abc import Callable
 
-__all__ = ["ENV", "POINTS", "InjectedFault", "Rule", "hit", "parse"]
-
-logger = logging.getLogger("celery.beat")
-
-ENV = "CRONSTORE_FAULTS"
+__all__ = ["POINTS", "hit", "install"]
 
 #: The fault points and where they are.
 POINTS = {
@@ -40,88 +19,16 @@ POINTS = {
     "after_publish": "every claim published, none marked published yet",
 }
 
-_ACTIONS = ("kill", "raise", "stall")
+_hook: Callable[[str], None] | None = None
 
 
-class InjectedFault(ConnectionError):
-    """Raised by a fault point whose action is ``raise``."""
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One parsed ``point:when:action`` item."""
-
-    point: str
-    probability: float | None
-    nth: int | None
-    action: str
-    stall: float = 0.0
-
-
-def parse(spec: str) -> dict[str, Rule]:
-    """Parse a ``CRONSTORE_FAULTS`` value; raise ``ValueError`` naming the bad item."""
-    rules: dict[str, Rule] = {}
-    for item in (part.strip() for part in spec.split(",")):
-        if not item:
-            continue
-        fields = item.split(":")
-        if len(fields) not in (2, 3):
-            raise ValueError(f"{ENV}: {item!r} is not point:when[:action]")
-        point, when = fields[0], fields[1]
-        action = fields[2] if len(fields) == 3 else "kill"
-        if point not in POINTS:
-            raise ValueError(f"{ENV}: unknown fault point {point!r} (known: {', '.join(POINTS)})")
-        probability = nth = None
-        try:
-            if when.startswith("#"):
-                nth = int(when[1:])
-                if nth < 1:
-                    raise ValueError
-            else:
-                probability = float(when)
-                if not 0.0 < probability <= 1.0:
-                    raise ValueError
-        except ValueError:
-            raise ValueError(
-                f"{ENV}: {when!r} in {item!r} is neither a probability in (0, 1] nor #N"
-            ) from None
-        kind, seconds = action.rstrip("0123456789."), action.lstrip("abcdefghijklmnopqrstuvwxyz")
-        try:
-            stall = float(seconds) if kind == "stall" else 0.0
-        except ValueError:
-            stall = -1.0
-        if kind not in _ACTIONS or stall < 0 or (kind != "stall" and seconds):
-            raise ValueError(
-                f"{ENV}: unknown action {action!r} in {item!r} (kill, raise or stallS)"
-            )
-        rules[point] = Rule(point, probability, nth, kind, stall)
-    return rules
-
-
-_RULES: dict[str, Rule] = parse(os.environ.get(ENV, ""))
-_COUNTS: dict[str, int] = {}
-_RANDOM = random.Random(os.environ.get(f"{ENV}_SEED"))
+def install(hook: Callable[[str], None] | None) -> None:
+    """Make :func:`hit` call ``hook(point)`` (``None``: make every point inert again)."""
+    global _hook
+    _hook = hook
 
 
 def hit(point: str) -> None:
-    """Pass fault point ``point``: nothing happens unless a rule in ``CRONSTORE_FAULTS`` fires."""
-    if not _RULES:
-        return
-    rule = _RULES.get(point)
-    if rule is None:
-        return
-    count = _COUNTS[point] = _COUNTS.get(point, 0) + 1
-    if rule.nth is not None:
-        if count != rule.nth:
-            return
-    elif _RANDOM.random() >= (rule.probability or 0.0):
-        return
-    logger.warning("beat: fault point %s: %s (hit %d)", point, rule.action, count)
-    if rule.action == "kill":
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
-    if rule.action == "stall":
-        time.sleep(rule.stall)
-        return
-    raise InjectedFault(f"fault injected at {point}")
+    """Pass fault point ``point``: nothing happens unless a harness installed a hook."""
+    if _hook is not None:
+        _hook(point)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery_cronstore.store import Claim
-from celery_cronstore.store.rows import MESSAGE_SERIALIZER, RESERVED_HEADERS
+from celery_cronstore.policy import message_options
+from celery_cronstore.records import Claim
 
 __all__ = ["BoundRouter", "publish"]
 
@@ -40,42 +40,13 @@ class BoundRouter:
 
 
 def publish(app: Any, claim: Claim, producer: Any = None, router: Any = None) -> None:
-    """Publish ``claim`` under its ledger task id, with the cronstore headers, as JSON.
-
-    A registered :class:`~celery_cronstore.CronTask` gets the time box: a soft time limit
-    of half the interval to the timer's next fire (unless the options set one) and a hard
-    limit at the next fire.
-    """
+    """Publish ``claim`` under its ledger task id, with the options the message rules give
+    (:func:`celery_cronstore.policy.message_options`: headers, JSON, time box, expiry)."""
     from celery_cronstore.task import CronTask
 
-    options = dict(claim.options)
-    # Claims are checked when claimed (rows.option_problems); this is the last line: a
-    # header of Celery's own here would override the message's (even its task name).
-    headers = {
-        key: value
-        for key, value in dict(options.pop("headers", None) or {}).items()
-        if key not in RESERVED_HEADERS and not key.startswith("cronstore_")
-    }
-    # JSON only, whatever task_serializer says: nothing beat sends can need pickle (args
-    # come from JSON columns) and a worker must never have to accept it for our messages.
-    options["serializer"] = MESSAGE_SERIALIZER
-    headers.update(
-        celery_beat_task=True,
-        cronstore_name=claim.name,
-        cronstore_fire_time=claim.fire_time.isoformat(),
-        cronstore_interval=claim.interval,
-    )
     logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
     task = app.tasks.get(claim.task)
-    if claim.expires is not None and not isinstance(task, CronTask):
-        # Not for a CronTask: its guard enforces the deadline on the database clock and
-        # records "expired"; Celery turns ``expires`` into a TTL measured on beat's own
-        # clock, and RabbitMQ drops an expired message without a trace.
-        options["expires"] = claim.expires
-    if isinstance(task, CronTask) and claim.interval and "soft_time_limit" not in options:
-        options["soft_time_limit"] = claim.interval / 2
-        # The hard limit (the only one gevent enforces) kills at the next fire.
-        options.setdefault("time_limit", max(claim.interval, claim.interval / 2 + 1))
+    options = message_options(claim, guarded=isinstance(task, CronTask))
     message: dict[str, Any] = {
         "args": claim.args,
         "kwargs": claim.kwargs,
@@ -85,7 +56,6 @@ def publish(app: Any, claim: Claim, producer: Any = None, router: Any = None) ->
         "kwargsrepr": _shorten(repr(claim.kwargs), app.amqp.kwargsrepr_maxsize),
         "task_id": claim.task_id,
         "producer": producer,
-        "headers": headers,
         **options,
     }
     if router is not None:

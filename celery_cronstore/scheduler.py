@@ -24,8 +24,9 @@ from celery_cronstore.beat_schedule import timer_from_entry
 from celery_cronstore.config import Config
 from celery_cronstore.errors import CronstoreError, DuplicateTaskError, SchemaVersionError
 from celery_cronstore.publish import BoundRouter, publish
+from celery_cronstore.records import Claim
 from celery_cronstore.secrets import app_passwords, scrub
-from celery_cronstore.store import Claim, Claimer, Store
+from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.engine import redact
 
 __all__ = ["Scheduler"]

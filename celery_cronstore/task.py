@@ -12,10 +12,11 @@ A run published by the cronstore beat carries the headers ``cronstore_name``,
 ``cronstore_fire_time`` and ``cronstore_interval`` (protocol 2 puts custom headers at the
 top level of the message headers; the worker copies them onto ``self.request``; an eager
 ``apply(headers=...)`` keeps them in ``self.request.headers``). Such a run asks the store
-before its body runs (``store.guard.start_fire``): early, duplicate, overlapping and
-disabled runs are refused and recorded; a run that starts sets ``last_run`` to its start
-and gets a deadline of start + interval / 2. How it ends is recorded (succeeded, failed,
-timed_out, retrying). A run without those headers (``.delay()``) runs with no guard.
+before its body runs (``store.runs.start_fire``; the rules are ``policy.decide_start``):
+early, duplicate, overlapping and disabled runs are refused and recorded; a run that
+starts sets ``last_run`` to its start and gets a deadline of start + interval / 2. How it
+ends is recorded (succeeded, failed, timed_out, retrying). A run without those headers
+(``.delay()``) runs with no guard.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -41,16 +42,12 @@ from celery.exceptions import (
 from celery.utils.time import get_exponential_backoff_interval
 
 from celery_cronstore.config import Config
-from celery_cronstore.store import Store, guard
+from celery_cronstore.policy import H_FIRE, H_INTERVAL, H_NAME
+from celery_cronstore.store import Store, runs
 
 __all__ = ["CronTask", "store_for", "use_store"]
 
 logger = logging.getLogger("celery_cronstore.task")
-
-#: Header names beat sets (see ``Scheduler._send``).
-H_NAME = "cronstore_name"
-H_FIRE = "cronstore_fire_time"
-H_INTERVAL = "cronstore_interval"
 
 _UTC = timezone.utc
 _lock = threading.Lock()
@@ -102,7 +99,6 @@ class _Run:
     """What one guarded (or deadline-bound) run knows; kept on its request context."""
 
     task_id: str | None
-    name: str | None
     fire_time: datetime | None
     deadline: datetime | None
     started_at: datetime
@@ -112,7 +108,6 @@ class _Run:
     max_retries: int = 0
     interval: float | None = None
     saw_out_of_time: bool = False
-    checkpointed: bool = field(default=False)
 
     def now(self) -> datetime:
         """The store's clock, estimated locally: start + monotonic time elapsed since."""
@@ -221,9 +216,8 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         if run is None or run.store is None or run.task_id is None:
             logger.warning("%s: checkpoint() outside a run published by beat; ignored", self.name)
             return False
-        stored = guard.checkpoint(run.store, run.task_id, state)
+        stored = runs.checkpoint(run.store.db, run.task_id, state)
         if stored:
-            run.checkpointed = True
             run.resume_state = state
         else:
             logger.warning(
@@ -251,8 +245,8 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         """Record a hard time limit kill (reported in the worker's main process)."""
         if isinstance(exc, TimeLimitExceeded) and task_id:
             try:
-                if guard.finish_fire(
-                    store_for(self.app),
+                if runs.finish_fire(
+                    store_for(self.app).db,
                     task_id,
                     "timed_out",
                     error=f"killed by the hard time limit ({exc})",
@@ -271,7 +265,6 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             now = datetime.now(_UTC)
             request.cronstore_run = _Run(
                 task_id=None,
-                name=None,
                 fire_time=None,
                 deadline=now + timedelta(seconds=float(limit)),
                 started_at=now,
@@ -282,8 +275,8 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         store = store_for(self.app)
         task_id = str(request.id)
         node = str(request.hostname or socket.gethostname())
-        decision = guard.start_fire(
-            store,
+        decision = runs.start_fire(
+            store.db,
             task_id,
             node=node,
             tolerance=_default_tolerance(self.app),
@@ -302,7 +295,6 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             raise Ignore(decision.reason)
         run = _Run(
             task_id=task_id,
-            name=decision.name or name,
             fire_time=decision.fire_time or _parse_time(_header(request, H_FIRE)),
             deadline=decision.deadline,
             started_at=decision.now,
@@ -373,7 +365,9 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         for _attempt in range(2):
             try:
                 # The soft time limit may strike while we write: try once more.
-                if not guard.finish_fire(run.store, run.task_id, state, result=result, error=error):
+                if not runs.finish_fire(
+                    run.store.db, run.task_id, state, result=result, error=error
+                ):
                     logger.warning(
                         "%s[%s]: fire was no longer started when it ended %s",
                         self.name,
@@ -405,7 +399,7 @@ def _record_expired(
         return
     reason = "not started: the message expired (starting deadline) before a worker took it"
     try:
-        if guard.expire_fire(store_for(sender.app), str(task_id), reason):
+        if runs.expire_fire(store_for(sender.app).db, str(task_id), reason):
             logger.warning("%s[%s]: expired before it started", sender.name, task_id)
     except Exception:
         logger.exception("%s[%s]: could not record the expiry", sender.name, task_id)

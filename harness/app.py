@@ -28,12 +28,15 @@ from celery import Celery, signals
 from celery_cronstore import CronTask
 from celery_cronstore.store.engine import now_expression
 from celery_cronstore.store.types import UTCDateTime
+from harness import faults
 
 _offset = float(os.environ.get("HARNESS_CLOCK_OFFSET", "0") or 0)
 if _offset and "faketime" not in os.environ.get("LD_PRELOAD", ""):
     _real_time, _real_time_ns = time.time, time.time_ns
     time.time = lambda: _real_time() + _offset
     time.time_ns = lambda: _real_time_ns() + int(_offset * 1e9)
+
+faults.install_from_env()
 
 app = Celery("harness")
 app.conf.update(

@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.tcp_proxy import Proxy
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
-from tcp_proxy import Proxy  # noqa: E402  (the proxy the integration tests use)
 
 __all__ = ["FAKETIME", "Cluster", "Proc", "Proxy"]
 

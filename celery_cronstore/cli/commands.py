@@ -21,8 +21,8 @@ from celery_cronstore.cli.base import (
     to_json,
 )
 from celery_cronstore.errors import TimerSyntaxError
+from celery_cronstore.records import MISFIRE_POLICIES, OVERLAP_POLICIES
 from celery_cronstore.store import PeriodicTask
-from celery_cronstore.store.records import MISFIRE_POLICIES, OVERLAP_POLICIES
 from celery_cronstore.timers import KINDS
 from celery_cronstore.timers.base import resolve_zone
 

@@ -23,6 +23,7 @@ from celery_cronstore.cli.base import (
 )
 from celery_cronstore.cli.commands import cronstore
 from celery_cronstore.config import Config
+from celery_cronstore.policy import allowed
 from celery_cronstore.store import Claimer
 from celery_cronstore.store.migrate import head_revision
 from celery_cronstore.timers import KINDS, parse_timer
@@ -144,7 +145,7 @@ def run_now(ctx: click.Context, name: str) -> None:
     node = f"cli@{socket.gethostname()}:{os.getpid()}"
     claimer = Claimer(store, node, lease=config.lease, allowlist=config.task_allowlist)
     record = store.get(name)
-    if not claimer._allowed(record.task):
+    if not allowed(record.task, config.task_allowlist):
         raise CommandError(f"task {record.task!r} is not in cronstore_task_allowlist")
     claim = claimer.claim_now(name)
     from celery_cronstore.publish import publish

@@ -1,94 +1,32 @@
-"""Turn result rows into records and validate values before they are written."""
+"""Row <-> record conversion, and the checks on values before they are written."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from celery_cronstore.store.records import (
-    MISFIRE_POLICIES,
-    OVERLAP_POLICIES,
-    Fire,
-    PeriodicTask,
-)
+from celery_cronstore.policy import option_problems
+from celery_cronstore.records import MISFIRE_POLICIES, OVERLAP_POLICIES, Fire, PeriodicTask
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import dumps, loads
-from celery_cronstore.timers import Timer
-from celery_cronstore.timers.once import OnceTimer
 
 __all__ = [
-    "MESSAGE_SERIALIZER",
-    "RESERVED_HEADERS",
+    "FIRE_COLUMNS",
     "check_text",
     "check_values",
     "json_problems",
-    "option_problems",
+    "owner_values",
+    "summarize",
     "to_fire",
     "to_task",
 ]
 
-_OPTION_KEYS = frozenset(
-    {
-        "queue",
-        "routing_key",
-        "exchange",
-        "priority",
-        "expires",
-        "headers",
-        "soft_time_limit",
-        "time_limit",
-        "serializer",
-        "retry",
-        "retry_policy",
-    }
-)
-
-
-#: Celery protocol-2 message headers (and ours): a row's ``headers`` option may not set
-#: them. Celery merges option headers *over* the message's own, so ``{"task": ...}`` there
-#: would run another task than the row names (and bypass the allowlist).
-RESERVED_HEADERS = frozenset(
-    {
-        "lang",
-        "task",
-        "id",
-        "shadow",
-        "eta",
-        "expires",
-        "group",
-        "group_index",
-        "retries",
-        "timelimit",
-        "root_id",
-        "parent_id",
-        "argsrepr",
-        "kwargsrepr",
-        "origin",
-        "ignore_result",
-        "replaced_task_nesting",
-        "stamped_headers",
-        "stamps",
-        "chord",
-        "callbacks",
-        "errbacks",
-        "chain",
-        "reply_to",
-        "correlation_id",
-        "content_type",
-        "content_encoding",
-        "celery_beat_task",
-    }
-)
-#: The only serializer a message beat sends may use (see docs/security.md).
-MESSAGE_SERIALIZER = "json"
 #: Longest text a ``Text`` column holds on every backend (MySQL/MariaDB ``TEXT``: bytes).
 TEXT_BYTES = 65_535
 _NUL = chr(0)
-_RETRY_POLICY_KEYS = frozenset({"max_retries", "interval_start", "interval_step", "interval_max"})
 
 
 def _json_or_error(text: str | None, default: Any, column: str, errors: list[str]) -> Any:
@@ -98,90 +36,6 @@ def _json_or_error(text: str | None, default: Any, column: str, errors: list[str
         detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         errors.append(f"{column} is not valid JSON ({detail})")
         return default
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-
-
-def option_problems(options: Mapping[str, Any]) -> list[str]:
-    """Return what makes Celery message options unusable or unsafe (empty: all fine).
-
-    Used for options given to the store API and, at every claim, for options a row holds
-    (raw SQL may have written anything): a bad value must put that one task in error,
-    never fail a publish (which would hold back every other fire behind it).
-    """
-    problems: list[str] = []
-    unknown = sorted(str(k) for k in options if k not in _OPTION_KEYS)
-    if unknown:
-        problems.append(
-            f"unknown Celery option(s) {', '.join(unknown)} "
-            f"(known: {', '.join(sorted(_OPTION_KEYS))})"
-        )
-    for key in ("queue", "routing_key", "exchange"):
-        value = options.get(key)
-        if value is not None and (not isinstance(value, str) or not value):
-            problems.append(f"option {key} must be a non-empty string, got {value!r}")
-    priority = options.get("priority")
-    if priority is not None and (
-        not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 255
-    ):
-        problems.append(f"option priority must be an integer 0..255, got {priority!r}")
-    for key in ("soft_time_limit", "time_limit"):
-        value = options.get(key)
-        if value is not None and (not _number(value) or value <= 0 or value == float("inf")):
-            problems.append(f"option {key} must be a positive number of seconds, got {value!r}")
-    expires = options.get("expires")
-    if expires is not None and not (
-        (_number(expires) and 0 <= expires < float("inf")) or _iso_instant(expires)
-    ):
-        problems.append(
-            f"option expires must be seconds or an ISO-8601 instant with offset, got {expires!r}"
-        )
-    serializer = options.get("serializer")
-    if serializer is not None and serializer != MESSAGE_SERIALIZER:
-        problems.append(
-            f"option serializer {serializer!r} is refused: beat sends JSON messages only "
-            "(remove the option)"
-        )
-    retry = options.get("retry")
-    if retry is not None and not isinstance(retry, bool):
-        problems.append(f"option retry must be true or false, got {retry!r}")
-    policy = options.get("retry_policy")
-    if policy is not None:
-        if not isinstance(policy, Mapping) or set(policy) - _RETRY_POLICY_KEYS:
-            problems.append(
-                f"option retry_policy must be an object with keys among "
-                f"{', '.join(sorted(_RETRY_POLICY_KEYS))}, got {policy!r}"
-            )
-        elif not all(v is None or (_number(v) and v >= 0) for v in policy.values()):
-            problems.append(f"option retry_policy values must be non-negative numbers: {policy!r}")
-    headers = options.get("headers")
-    if headers is not None:
-        if not isinstance(headers, Mapping):
-            problems.append(f"option headers must be an object, got {type(headers).__name__}")
-        else:
-            taken = sorted(
-                str(k)
-                for k in headers
-                if not isinstance(k, str) or k in RESERVED_HEADERS or k.startswith("cronstore_")
-            )
-            if taken:
-                problems.append(
-                    f"option headers may not set Celery's or cronstore's own header(s) "
-                    f"{', '.join(taken)}"
-                )
-    return problems
-
-
-def _iso_instant(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return parsed.utcoffset() is not None
 
 
 def check_text(field: str, value: str, *, max_chars: int | None = None) -> str:
@@ -381,16 +235,3 @@ def summarize(value: Any, limit: int = 500) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def first_fire(timer: Timer, now: datetime, last_fire: datetime | None = None) -> datetime | None:
-    """Return the fire to plan for a task added, edited or enabled at ``now``.
-
-    The first fire after ``now``, except for a one-off instant that has already passed and
-    never fired: it is planned as is, so the misfire policy decides (``run_once`` sends it
-    late, ``skip`` records it missed, a starting deadline expires it) instead of the task
-    silently never firing.
-    """
-    if isinstance(timer, OnceTimer) and (last_fire is None or last_fire < timer.at):
-        return timer.at
-    return timer.next_after(now)

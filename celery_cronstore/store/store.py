@@ -12,28 +12,21 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from celery_cronstore.errors import DuplicateTaskError, TaskNotFoundError, TimerError
+from celery_cronstore.policy import BACKLOG_CAP, missed_entry, timer_of
+from celery_cronstore.records import EPOCH, Fire, PeriodicTask, Status
 from celery_cronstore.store import migrate
-from celery_cronstore.store.engine import (
-    WRITE_OPTION,
-    Clock,
-    create_store_engine,
-    db_now,
-    probe,
-    redact,
-)
-from celery_cronstore.store.records import Fire, PeriodicTask, Status
+from celery_cronstore.store.db import Database
+from celery_cronstore.store.engine import Clock, Dialect, create_store_engine, redact
 from celery_cronstore.store.rows import (
     FIRE_COLUMNS,
     check_text,
     check_values,
-    first_fire,
     owner_values,
     to_fire,
     to_task,
 )
 from celery_cronstore.store.schema import VERSION_TABLE, beat, fire, periodic_task
-from celery_cronstore.store.types import EPOCH, dumps
-from celery_cronstore.timers import Timer, parse_timer
+from celery_cronstore.timers import Timer, fires, parse_timer
 
 __all__ = ["DEFAULT_URL", "Store"]
 
@@ -59,9 +52,9 @@ class Store:
         clock: Clock | None = None,
         **engine_options: Any,
     ) -> None:
-        self.engine = engine if engine is not None else create_store_engine(url, **engine_options)
-        self.clock = clock
-        self.dialect = probe(self.engine)
+        self.db = Database(
+            engine if engine is not None else create_store_engine(url, **engine_options), clock
+        )
 
     @classmethod
     def from_app(cls, app: Any, **kwargs: Any) -> Store:
@@ -70,6 +63,21 @@ class Store:
 
         config = Config.from_app(app)
         return cls(config.url, **config.engine_options, **kwargs)
+
+    @property
+    def engine(self) -> sa.Engine:
+        """The SQLAlchemy engine of the store."""
+        return self.db.engine
+
+    @property
+    def clock(self) -> Clock | None:
+        """The injected clock (tests), or ``None``: the database's clock."""
+        return self.db.clock
+
+    @property
+    def dialect(self) -> Dialect:
+        """What the database can do (probed once)."""
+        return self.db.dialect
 
     @property
     def url(self) -> str:
@@ -104,20 +112,17 @@ class Store:
     @contextmanager
     def begin(self) -> Iterator[sa.Connection]:
         """Yield a connection inside a write transaction (commit on success)."""
-        with self.engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
+        with self.db.begin() as conn:
             yield conn
 
     def now(self, conn: sa.Connection | None = None) -> datetime:
         """Return the store's notion of now: the database clock (or the injected one)."""
-        if conn is not None:
-            return db_now(conn, self.clock)
-        with self.engine.connect() as fresh:
-            return db_now(fresh, self.clock)
+        return self.db.now(conn)
 
     def _row(self, conn: sa.Connection, name: str, *, lock: bool = False) -> sa.Row[Any]:
         query = sa.select(periodic_task).where(_PT.name == name)
-        if lock and self.engine.dialect.name != "sqlite":
-            query = query.with_for_update()
+        if lock:
+            query = self.db.locked(query)
         row = conn.execute(query).first()
         if row is None:
             raise TaskNotFoundError(f"no periodic task named {name!r}")
@@ -175,7 +180,7 @@ class Store:
         with self.begin() as conn:
             now = self.now(conn)
             values.update(created_at=now, updated_at=now)
-            values["next_run"] = first_fire(parsed, now) if enabled else None
+            values["next_run"] = parsed.first_fire(now) if enabled else None
             try:
                 conn.execute(sa.insert(periodic_task).values(**values))
             except IntegrityError:
@@ -237,7 +242,7 @@ class Store:
             current = to_task(self._row(conn, name, lock=True))
             now = self.now(conn)
             if not (timer_changes or kind is not None):
-                parsed = _timer_of(current)
+                parsed = timer_of(current)
             else:  # the stored timer may be the bad one being fixed: do not parse it
                 parsed = parse_timer(
                     timer_changes.get("timer", current.timer),
@@ -257,7 +262,7 @@ class Store:
                 replan = True
             if replan:
                 self._record_unclaimed(conn, current, now, "re-planned" if enabled else "disabled")
-                values["next_run"] = first_fire(parsed, now, current.last_fire) if enabled else None
+                values["next_run"] = parsed.first_fire(now, current.last_fire) if enabled else None
             values.update(updated_at=now, version=_PT.version + 1)
             conn.execute(sa.update(periodic_task).where(_PT.id == current.id).values(**values))
             return to_task(self._row(conn, values.get("name", name)))
@@ -275,32 +280,15 @@ class Store:
         if first > now:
             return
         try:
-            timer = _timer_of(task)
+            timer = timer_of(task)
         except (TimerError, ValueError):
             return
         last, count = first, 1
-        while count < 100_000:
-            following = timer.next_after(last)
-            if following is None or following > now:
-                break
-            last, count = following, count + 1
-        from celery_cronstore.store.claims import fire_task_id
-
-        conn.execute(
-            sa.insert(fire).values(
-                periodic_task_id=task.id,
-                fire_time=first,
-                fire_until=None if last == first else last,
-                fire_count=count,
-                task_id=fire_task_id(task.id, task.name, first),
-                state="missed",
-                attempts=0,
-                reason=(
-                    f"{count} fire(s) from {first.isoformat()} to {last.isoformat()} not "
-                    f"published: the task was {why} before beat claimed them"
-                ),
-            )
-        )
+        for point in fires(timer, first, until=now, limit=BACKLOG_CAP - 1):
+            last, count = point, count + 1
+        why = f"the task was {why} before beat claimed them"
+        entry = missed_entry(task, first, last, count, why, capped=count >= BACKLOG_CAP)
+        conn.execute(sa.insert(fire).values(**entry.row()))
 
     def enable(self, name: str) -> PeriodicTask:
         """Enable a periodic task; it fires from its next grid point after now."""
@@ -349,18 +337,10 @@ class Store:
     ) -> builtins.list[datetime]:
         """Return the next ``n`` fire times of a task (from its planned next run or ``after``)."""
         record = self.get(name)
-        timer = _timer_of(record)
-        times: builtins.list[datetime] = []
         if not record.enabled:
-            return times
-        cursor = after if after is not None else self.now()
-        while len(times) < n:
-            nxt = timer.next_after(cursor)
-            if nxt is None:
-                break
-            times.append(nxt)
-            cursor = nxt
-        return times
+            return []
+        start = after if after is not None else self.now()
+        return builtins.list(fires(timer_of(record), start, limit=n))
 
     def history(self, name: str, limit: int = 50) -> builtins.list[Fire]:
         """Return the task's ledger rows, newest fire first."""
@@ -415,13 +395,6 @@ class Store:
         with self.engine.connect() as conn:
             return [(r.node, r.started_at, r.last_tick) for r in conn.execute(query)]
 
-    def checkpoint(self, name: str, state: Any) -> None:
-        """Store a small JSON ``state`` on a task; its next CronTask run sees it."""
-        text = dumps(state)
-        with self.begin() as conn:
-            row = self._row(conn, name)
-            conn.execute(sa.update(periodic_task).where(_PT.id == row.id).values(resume_state=text))
-
 
 _UPDATABLE = frozenset(
     {
@@ -449,7 +422,3 @@ def _timer_values(timer: Timer) -> dict[str, str]:
         "timer": check_text("timer", str(timer), max_chars=500),
         "tz": check_text("tz", timer.tz_name, max_chars=64),
     }
-
-
-def _timer_of(record: PeriodicTask) -> Timer:
-    return parse_timer(record.timer, kind=record.timer_kind, tz=record.tz)

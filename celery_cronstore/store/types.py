@@ -10,11 +10,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
 
-__all__ = ["EPOCH", "UTCDateTime", "dumps", "loads"]
+from celery_cronstore.records import EPOCH
 
-#: ``next_run`` value meaning "plan me": rows inserted or re-timed by raw SQL get it, and
-#: beat computes the real next fire time on its next tick (never a fire by itself).
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+__all__ = ["EPOCH", "UTCDateTime", "dumps", "loads"]
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):

@@ -13,10 +13,11 @@ Kind detection, when ``kind`` is not given (first rule that matches wins):
 
 from __future__ import annotations
 
+import functools
 import re
 
 from celery_cronstore.errors import TimerSyntaxError
-from celery_cronstore.timers.base import KINDS, Timer
+from celery_cronstore.timers.base import KINDS, Timer, fires
 from celery_cronstore.timers.calendar import CalendarTimer
 from celery_cronstore.timers.cron import CronTimer
 from celery_cronstore.timers.interval import IntervalTimer
@@ -30,6 +31,7 @@ __all__ = [
     "OnceTimer",
     "Timer",
     "detect_kind",
+    "fires",
     "is_valid",
     "parse_timer",
 ]
@@ -62,10 +64,22 @@ def parse_timer(expression: str, *, kind: str | None = None, tz: str | None = No
     """Parse ``expression`` into a timer of ``kind`` (detected when ``None``) in zone ``tz``.
 
     Raise :class:`~celery_cronstore.errors.TimerSyntaxError` (a ``ValueError``) naming
-    the offending token and its position when the expression is invalid.
+    the offending token and its position when the expression is invalid. Timers are
+    immutable: the same arguments return the same (cached) timer.
     """
     if not isinstance(expression, str):
         raise TimerSyntaxError(f"expression must be a string, not {type(expression).__name__}")
+    if not isinstance(kind, (str, type(None))) or not isinstance(tz, (str, type(None))):
+        raise TimerSyntaxError("timer kind and zone must be strings", expression=expression)
+    return _parse_cached(expression, kind, tz)
+
+
+#: Distinct (expression, kind, zone) triples kept parsed; beat asks for the same few often.
+_PARSE_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE)
+def _parse_cached(expression: str, kind: str | None, tz: str | None) -> Timer:
     if not expression.strip():
         raise TimerSyntaxError("empty timer expression", expression=expression)
     if kind is None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterator
 from datetime import datetime, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery_cronstore.errors import TimerSyntaxError
 
-__all__ = ["KINDS", "Timer", "require_aware", "resolve_zone"]
+__all__ = ["KINDS", "Timer", "fires", "require_aware", "resolve_zone"]
 
 KINDS = ("calendar", "cron", "interval", "once")
 
@@ -43,6 +44,15 @@ class Timer(abc.ABC):
     def describe(self) -> str:
         """Return a short English description of when the timer fires."""
 
+    def first_fire(self, now: datetime, last_fire: datetime | None = None) -> datetime | None:
+        """Return the fire to plan for a task added, edited or enabled at ``now``.
+
+        The first fire strictly after ``now``; :class:`OnceTimer` overrides it so that an
+        instant that passed without firing is still planned (the misfire policy decides).
+        ``last_fire`` is the task's newest fire time, if any.
+        """
+        return self.next_after(now)
+
     def _key(self) -> tuple[str, str, str]:
         return (self.kind, str(self), self.tz_name)
 
@@ -75,3 +85,23 @@ def resolve_zone(name: str | None, *, expression: str = "", position: int | None
         raise TimerSyntaxError(
             "unknown time zone", expression=expression, token=name, position=position
         ) from exc
+
+
+def fires(
+    timer: Timer, after: datetime, *, limit: int | None = None, until: datetime | None = None
+) -> Iterator[datetime]:
+    """Yield ``timer``'s fire times strictly after ``after``, in order.
+
+    Stop after ``limit`` fires, at the first fire later than ``until`` (``until`` itself is
+    included), or when the timer has no further fire, whichever comes first. Without
+    ``limit`` or ``until`` the iterator may be infinite: the caller bounds it.
+    """
+    cursor = after
+    count = 0
+    while limit is None or count < limit:
+        nxt = timer.next_after(cursor)
+        if nxt is None or (until is not None and nxt > until):
+            return
+        yield nxt
+        count += 1
+        cursor = nxt

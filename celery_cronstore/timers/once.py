@@ -155,6 +155,17 @@ class OnceTimer(Timer):
         """Return :attr:`at` if it is strictly after ``after``, else ``None``."""
         return self._at if self._at > require_aware(after) else None
 
+    def first_fire(self, now: datetime, last_fire: datetime | None = None) -> datetime | None:
+        """Return :attr:`at` unless it already fired, even when it is before ``now``.
+
+        A one-off instant that passed while nothing ran is planned as is, so the misfire
+        policy decides (``run_once`` sends it late, ``skip`` records it missed, a starting
+        deadline expires it) instead of the task silently never firing.
+        """
+        if last_fire is None or last_fire < self._at:
+            return self._at
+        return self.next_after(now)
+
     def matches(self, instant: datetime) -> bool:
         """Return whether the timer fires at ``instant``."""
         return require_aware(instant) == self._at

@@ -340,7 +340,7 @@ def test_a_watched_fire_not_started_in_time_is_published_again_under_its_id(
 
 
 def test_no_redelivery_once_the_fire_started(store: Store, clock: FrozenClock) -> None:
-    from celery_cronstore.store.guard import start_fire
+    from celery_cronstore.store.runs import start_fire
 
     store.add("watched", task="t.cron", timer="*:*:0/10")
     clock.set(at(10))
@@ -348,7 +348,7 @@ def test_no_redelivery_once_the_fire_started(store: Store, clock: FrozenClock) -
     claims = claimer.claim_due().claims
     claimer.mark_published(claims, lambda c: True)
     clock.set(at(11))
-    start_fire(store, claims[0].task_id, node="w1", retries=0)
+    start_fire(store.db, claims[0].task_id, node="w1", retries=0)
     clock.set(at(100))
     assert claimer.redeliver_unstarted() == 0
     assert claimer.reclaim_expired() == []

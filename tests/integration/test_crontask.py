@@ -17,7 +17,7 @@ from celery import Celery
 from celery.exceptions import TimeLimitExceeded
 from timeline import at
 
-from celery_cronstore.store import Claim, Claimer, Store, guard
+from celery_cronstore.store import Claim, Claimer, Store, runs
 from celery_cronstore.task import CronTask, use_store
 from celery_cronstore.testing import FrozenClock
 
@@ -154,12 +154,12 @@ def test_a_duplicate_delivery_is_dropped_without_touching_the_fire(env: Env) -> 
 def test_concurrent_deliveries_of_one_fire_start_once(env: Env) -> None:
     env.add()
     claim = env.claim(at(60))
-    decisions: list[tuple[str, guard.StartDecision]] = []
+    decisions: list[tuple[str, runs.RunStart]] = []
     barrier = threading.Barrier(6)
 
     def start(node: str) -> None:
         barrier.wait()
-        decisions.append((node, guard.start_fire(env.store, claim.task_id, node=node)))
+        decisions.append((node, runs.start_fire(env.store.db, claim.task_id, node=node)))
 
     threads = [threading.Thread(target=start, args=(f"w{i}",)) for i in range(6)]
     for thread in threads:
@@ -210,23 +210,25 @@ def test_without_retries_a_failure_is_recorded_once(env: Env) -> None:
 def test_a_retry_message_waits_in_state_retrying(env: Env) -> None:
     env.add(max_retries=2)
     claim = env.claim(at(60))
-    assert guard.start_fire(env.store, claim.task_id, node="w1").outcome == "started"
-    assert guard.finish_fire(env.store, claim.task_id, "retrying", error="boom")
+    assert runs.start_fire(env.store.db, claim.task_id, node="w1").outcome == "started"
+    assert runs.finish_fire(env.store.db, claim.task_id, "retrying", error="boom")
     assert env.fire(claim).state == "retrying"
     # The first message again (retries=0) is a duplicate; the retry message (retries=1)
     # starts the same fire although it is "early".
-    assert guard.start_fire(env.store, claim.task_id, node="w2").outcome == "duplicate"
-    decision = guard.start_fire(env.store, claim.task_id, node="w2", retries=1)
+    assert runs.start_fire(env.store.db, claim.task_id, node="w2").outcome == "duplicate"
+    decision = runs.start_fire(env.store.db, claim.task_id, node="w2", retries=1)
     assert decision.outcome == "retry"
     assert (env.fire(claim).state, env.fire(claim).node) == ("started", "w2")
-    assert guard.start_fire(env.store, claim.task_id, node="w3", retries=1).outcome == ("duplicate")
+    assert runs.start_fire(env.store.db, claim.task_id, node="w3", retries=1).outcome == (
+        "duplicate"
+    )
 
 
 def test_overlap_skip_does_not_start_while_the_previous_fire_runs(env: Env) -> None:
     env.add(overlap_policy="skip", tolerance=60.0)
     first = env.claim(at(60))
     second = env.claim(at(120))  # claimed while the first was only published
-    assert guard.start_fire(env.store, first.task_id, node="w1").started is True
+    assert runs.start_fire(env.store.db, first.task_id, node="w1").started is True
     result = env.deliver(second, at_time=at(121))
     assert result.state == "IGNORED"
     fire = env.fire(second)
@@ -235,7 +237,7 @@ def test_overlap_skip_does_not_start_while_the_previous_fire_runs(env: Env) -> N
         "not started: fire 2026-01-05T12:01:00+00:00 is still started (overlap policy skip)"
     )
     # Once the first ends, the next fire starts normally.
-    assert guard.finish_fire(env.store, first.task_id, "succeeded", result=1)
+    assert runs.finish_fire(env.store.db, first.task_id, "succeeded", result=1)
     third = env.claim(at(180))
     assert env.deliver(third, at_time=at(181)).state == "SUCCESS"
 
@@ -244,7 +246,7 @@ def test_overlap_allow_runs_concurrently(env: Env) -> None:
     env.add(tolerance=60.0)
     first = env.claim(at(60))
     second = env.claim(at(120))
-    assert guard.start_fire(env.store, first.task_id, node="w1").started is True
+    assert runs.start_fire(env.store.db, first.task_id, node="w1").started is True
     assert env.deliver(second, at_time=at(121)).state == "SUCCESS"
 
 
@@ -262,11 +264,11 @@ def test_checkpoint_is_resumed_by_the_next_run(env: Env) -> None:
 def test_checkpoint_is_fenced_on_a_running_fire(env: Env) -> None:
     env.add()
     claim = env.claim(at(60))
-    assert guard.checkpoint(env.store, claim.task_id, {"x": 1}) is False  # not started
-    guard.start_fire(env.store, claim.task_id, node="w1")
-    assert guard.checkpoint(env.store, claim.task_id, {"x": 2}) is True
-    guard.finish_fire(env.store, claim.task_id, "timed_out")
-    assert guard.checkpoint(env.store, claim.task_id, {"x": 3}) is False  # a zombie
+    assert runs.checkpoint(env.store.db, claim.task_id, {"x": 1}) is False  # not started
+    runs.start_fire(env.store.db, claim.task_id, node="w1")
+    assert runs.checkpoint(env.store.db, claim.task_id, {"x": 2}) is True
+    runs.finish_fire(env.store.db, claim.task_id, "timed_out")
+    assert runs.checkpoint(env.store.db, claim.task_id, {"x": 3}) is False  # a zombie
     assert env.store.get("poll").resume_state == {"x": 2}
 
 
@@ -292,14 +294,14 @@ def test_a_removed_task_drops_the_run_without_a_ledger(env: Env) -> None:
 def test_the_interval_is_recomputed_when_the_header_lacks_it(env: Env) -> None:
     env.store.add("cal", task="tests.poll", timer="*-*-* *:*:00")  # calendar: every minute
     claim = env.claim(at(60))
-    decision = guard.start_fire(env.store, claim.task_id, node="w1", interval=None)
+    decision = runs.start_fire(env.store.db, claim.task_id, node="w1", interval=None)
     assert (decision.interval, decision.deadline) == (60.0, at(90))
 
 
 def test_a_hard_time_limit_kill_is_recorded_as_timed_out(env: Env) -> None:
     env.add()
     claim = env.claim(at(60))
-    guard.start_fire(env.store, claim.task_id, node="w1")
+    runs.start_fire(env.store.db, claim.task_id, node="w1")
     # What the worker's main process calls after killing the child (no request context).
     env.task.on_failure(TimeLimitExceeded(60), claim.task_id, (), {}, None)
     fire = env.fire(claim)

@@ -24,8 +24,8 @@ import pytest
 import sqlalchemy as sa
 from celery import Celery
 
+from celery_cronstore.records import Fire
 from celery_cronstore.store import Claim, Claimer, Store
-from celery_cronstore.store.records import Fire
 from celery_cronstore.store.schema import periodic_task
 
 pytestmark = pytest.mark.slow

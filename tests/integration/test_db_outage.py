@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from celery import Celery
-from tcp_proxy import Proxy
 
 from celery_cronstore.scheduler import Scheduler
 from celery_cronstore.store import Store
+from harness.tcp_proxy import Proxy
 
 pytestmark = pytest.mark.postgres
 

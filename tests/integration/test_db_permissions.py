@@ -20,7 +20,7 @@ from celery import Celery
 from sqlalchemy.exc import DBAPIError
 
 from celery_cronstore.scheduler import Scheduler
-from celery_cronstore.store import Store, guard
+from celery_cronstore.store import Store, runs
 from celery_cronstore.testing import FrozenClock
 
 TABLES = ("cronstore_periodic_task", "cronstore_fire", "cronstore_beat")
@@ -145,10 +145,10 @@ def test_beat_and_worker_run_with_exactly_the_documented_grants(
     assert fire.task_id in ids
 
     worker_store = Store(worker_url, clock=clock)
-    decision = guard.start_fire(worker_store, fire.task_id, node="w1", tolerance=1.0)
+    decision = runs.start_fire(worker_store.db, fire.task_id, node="w1", tolerance=1.0)
     assert decision.started, decision.reason
-    assert guard.checkpoint(worker_store, fire.task_id, {"cursor": 7})
-    assert guard.finish_fire(worker_store, fire.task_id, "succeeded", result="ok")
+    assert runs.checkpoint(worker_store.db, fire.task_id, {"cursor": 7})
+    assert runs.finish_fire(worker_store.db, fire.task_id, "succeeded", result="ok")
     assert admin.history("api-made")[0].state == "succeeded"
     assert admin.get("api-made").resume_state == {"cursor": 7}
 

@@ -11,17 +11,12 @@ CRONSTORE_FAULTS_SECONDS sets the fault window here (default 8).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from harness.__main__ import table  # noqa: E402
-from harness.scenarios import SCENARIOS, Settings, run  # noqa: E402
+from harness.__main__ import table
+from harness.scenarios import SCENARIOS, Settings, run
 
 SECONDS = float(os.environ.get("CRONSTORE_FAULTS_SECONDS", "8"))
 

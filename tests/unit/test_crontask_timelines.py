@@ -29,7 +29,7 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 
 from celery_cronstore import task as task_module
-from celery_cronstore.store import Claim, Claimer, Store, guard
+from celery_cronstore.store import Claim, Claimer, Store, runs
 from celery_cronstore.task import CronTask, use_store
 from celery_cronstore.testing import FrozenClock, memory_store
 
@@ -228,15 +228,15 @@ def timeline(monkeypatch: pytest.MonkeyPatch) -> Iterator[Timeline]:
     store.add("A", task="nuntium.A", timer=TIMER)
     app = Celery("nuntium", set_as_current=False)
     use_store(app, store)
-    spy: list[guard.StartDecision] = []
-    real = guard.start_fire
+    spy: list[runs.RunStart] = []
+    real = runs.start_fire
 
-    def start_fire(*args: Any, **kwargs: Any) -> guard.StartDecision:
+    def start_fire(*args: Any, **kwargs: Any) -> runs.RunStart:
         decision = real(*args, **kwargs)
         spy.append(decision)
         return decision
 
-    monkeypatch.setattr(task_module.guard, "start_fire", start_fire)
+    monkeypatch.setattr(task_module.runs, "start_fire", start_fire)
     line = Timeline(clock, store, app, spy)
     yield line
     line.finish()

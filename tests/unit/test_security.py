@@ -116,7 +116,6 @@ def test_run_now_publishes_json_too(app: Celery, store: Store) -> None:
 
 def test_publish_never_lets_option_headers_replace_celerys_own(app: Celery) -> None:
     claim = Claim(
-        fire_id=0,
         periodic_task_id=1,
         name="a",
         task="x.plain",

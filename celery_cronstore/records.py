@@ -1,12 +1,17 @@
-"""Immutable records the store returns. Nothing here saves itself."""
+"""Immutable records shared by the rules, the store and the Celery layer.
+
+The store returns them, :mod:`celery_cronstore.policy` decides with them, beat publishes
+them. Nothing here saves itself.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 __all__ = [
+    "EPOCH",
     "FIRE_STATES",
     "MISFIRE_POLICIES",
     "OVERLAP_POLICIES",
@@ -15,6 +20,10 @@ __all__ = [
     "PeriodicTask",
     "Status",
 ]
+
+#: ``next_run`` value meaning "plan me": rows inserted or re-timed by raw SQL get it, and
+#: beat computes the real next fire time on its next tick (never a fire by itself).
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 MISFIRE_POLICIES = ("run_once", "run_all", "skip")
 OVERLAP_POLICIES = ("allow", "skip")
@@ -105,7 +114,6 @@ class Fire:
 class Claim:
     """A fire this beat claimed and must now publish (then mark published)."""
 
-    fire_id: int
     periodic_task_id: int
     name: str
     task: str

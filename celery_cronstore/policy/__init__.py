@@ -1,0 +1,85 @@
+"""The rules of a fire: what happens to it, decided without SQL, Celery or a clock.
+
+``timers`` says *when*; this package says *what happens to a fire* (task ids, the backlog
+walk and the misfire choice, overlap, starting deadlines, the start decision of the
+worker's guard, the message rules and the allowlist); ``store`` records what it decides;
+the Celery layer sends and runs it.
+"""
+
+from __future__ import annotations
+
+from celery_cronstore.policy.fires import (
+    BACKLOG_CAP,
+    BEAT_IN_FLIGHT,
+    STALE_RUNNING,
+    Backlog,
+    Entry,
+    Plan,
+    RowUpdate,
+    Running,
+    backlog,
+    choose,
+    fire_task_id,
+    interval_after,
+    make_claim,
+    missed_entry,
+    plan,
+    timer_of,
+)
+from celery_cronstore.policy.messages import (
+    H_FIRE,
+    H_INTERVAL,
+    H_NAME,
+    MESSAGE_SERIALIZER,
+    OPTION_KEYS,
+    RESERVED_HEADERS,
+    allowed,
+    message_options,
+    option_problems,
+    send_refusal,
+)
+from celery_cronstore.policy.start import (
+    FINISH_STATES,
+    STARTABLE,
+    WORKER_RUNNING,
+    StartDecision,
+    StartSnapshot,
+    deadline,
+    decide_start,
+)
+
+__all__ = [
+    "BACKLOG_CAP",
+    "BEAT_IN_FLIGHT",
+    "FINISH_STATES",
+    "H_FIRE",
+    "H_INTERVAL",
+    "H_NAME",
+    "MESSAGE_SERIALIZER",
+    "OPTION_KEYS",
+    "RESERVED_HEADERS",
+    "STALE_RUNNING",
+    "STARTABLE",
+    "WORKER_RUNNING",
+    "Backlog",
+    "Entry",
+    "Plan",
+    "RowUpdate",
+    "Running",
+    "StartDecision",
+    "StartSnapshot",
+    "allowed",
+    "backlog",
+    "choose",
+    "deadline",
+    "decide_start",
+    "fire_task_id",
+    "interval_after",
+    "make_claim",
+    "message_options",
+    "missed_entry",
+    "option_problems",
+    "plan",
+    "send_refusal",
+    "timer_of",
+]

@@ -1,0 +1,306 @@
+"""What happens to the fires of a due task: task ids, the backlog, misfires, overlap.
+
+Pure: no SQL, no Celery, no clock. :func:`plan` takes the task as the store read it, its
+timer, the database's now and (lazily) whether a previous fire is still running, and
+returns what the store must write: ledger entries, the row's new state and the claims beat
+must publish.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery_cronstore.records import EPOCH, Claim, PeriodicTask
+from celery_cronstore.timers import Timer, fires, parse_timer
+
+__all__ = [
+    "BACKLOG_CAP",
+    "BEAT_IN_FLIGHT",
+    "STALE_RUNNING",
+    "Backlog",
+    "Entry",
+    "Plan",
+    "RowUpdate",
+    "Running",
+    "backlog",
+    "choose",
+    "fire_task_id",
+    "interval_after",
+    "make_claim",
+    "missed_entry",
+    "plan",
+    "timer_of",
+]
+
+#: Namespace of the deterministic Celery task ids (uuid5 of task identity + fire time).
+_NAMESPACE = uuid.UUID("6f6b3d1e-4a43-4c8e-9d53-2f7d8a1c0b5e")
+#: Most grid points walked to count a backlog of missed fires.
+BACKLOG_CAP = 100_000
+#: Ledger states that make beat's overlap policy ``skip`` hold back a new fire: claimed
+#: (about to be published) or running on a worker.
+BEAT_IN_FLIGHT = ("claimed", "started", "retrying")
+#: A run that started this long ago without finishing no longer blocks (worker died).
+STALE_RUNNING = timedelta(hours=6)
+
+#: (fire time, state) of the newest fire of a task that is still in flight.
+Running = tuple[datetime, str]
+
+
+def fire_task_id(periodic_task_id: int, name: str, fire_time: datetime) -> str:
+    """Return the Celery task id of one fire: the same for every publish of it."""
+    return str(uuid.uuid5(_NAMESPACE, f"{periodic_task_id}/{name}/{fire_time.isoformat()}"))
+
+
+def interval_after(timer: Timer | None, when: datetime) -> float | None:
+    """Return the seconds from fire ``when`` to the timer's next one (``None``: no next)."""
+    if timer is None:
+        return None
+    following = timer.next_after(when)
+    return None if following is None else (following - when).total_seconds()
+
+
+def timer_of(task: PeriodicTask) -> Timer:
+    """Return the timer of a stored task (``TimerError``/``ValueError`` if it is bad).
+
+    The one way to get a timer from a row. Its ``next_after`` answers are memoized:
+    many rows share a timer and fall due at the same instant (every ``*/5`` task at :05).
+    """
+    return _memo(task.timer_kind, task.timer, task.tz)
+
+
+@functools.lru_cache(maxsize=4096)
+def _memo(kind: str, expression: str, tz: str) -> Timer:
+    return _Memo(parse_timer(expression, kind=kind, tz=tz))
+
+
+class _Memo(Timer):
+    """A timer whose ``next_after`` answers are memoized (timers are pure)."""
+
+    def __init__(self, timer: Timer) -> None:
+        self.inner = timer
+        self.kind = timer.kind
+        self.tz_name = timer.tz_name
+        self._next = functools.lru_cache(maxsize=256)(timer.next_after)
+
+    def next_after(self, after: datetime) -> datetime | None:
+        return self._next(after)
+
+    def first_fire(self, now: datetime, last_fire: datetime | None = None) -> datetime | None:
+        return self.inner.first_fire(now, last_fire)
+
+    def __str__(self) -> str:
+        return str(self.inner)
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ledger row to insert (its column values, by name)."""
+
+    periodic_task_id: int
+    fire_time: datetime
+    task_id: str
+    state: str
+    reason: str | None = None
+    fire_until: datetime | None = None
+    fire_count: int = 1
+    claimed_by: str | None = None
+    lease_until: datetime | None = None
+    attempts: int = 1
+    claimed_at: datetime | None = None
+
+    def row(self) -> dict[str, Any]:
+        """Return the column values of the ledger row."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class RowUpdate:
+    """The periodic task row's new scheduling state after a plan."""
+
+    next_run: datetime | None
+    error: str | None = None
+    last_fire: datetime | None = None
+    runs: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one due task comes to: ledger entries, the row update and the claims."""
+
+    update: RowUpdate
+    entries: list[Entry] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The due grid points of a task: the first, the last few, and how many in all."""
+
+    first: datetime
+    tail: list[datetime]
+    count: int
+
+    @property
+    def capped(self) -> bool:
+        """Whether the walk stopped at :data:`BACKLOG_CAP` (the count is a lower bound)."""
+        return self.count >= BACKLOG_CAP
+
+
+def backlog(timer: Timer, first: datetime, now: datetime, *, keep: int) -> Backlog:
+    """Walk the grid from ``first`` (due) up to ``now``: keep the last ``keep`` points."""
+    tail: deque[datetime] = deque([first], maxlen=keep)
+    count = 1
+    for point in fires(timer, first, until=now, limit=BACKLOG_CAP - 1):
+        tail.append(point)
+        count += 1
+    return Backlog(first, list(tail), count)
+
+
+def choose(
+    policy: str, times: list[datetime], now: datetime, grace: timedelta, limit: int
+) -> list[datetime]:
+    """Return the fire times to publish under misfire ``policy`` (``times``: oldest first).
+
+    ``run_all`` sends the last ``limit``; ``run_once`` the newest; ``skip`` the newest
+    only if it is less than ``grace`` late.
+    """
+    if policy == "run_all":
+        return times[-limit:]
+    latest = times[-1]
+    if policy == "skip" and now - latest > grace:
+        return []
+    return [latest]
+
+
+def missed_entry(
+    task: PeriodicTask,
+    first: datetime,
+    last: datetime,
+    count: int,
+    why: str,
+    *,
+    node: str | None = None,
+    capped: bool = False,
+) -> Entry:
+    """Return the one ledger entry that records ``count`` missed fires from first to last."""
+    at_least = "at least " if capped else ""
+    return Entry(
+        periodic_task_id=task.id,
+        fire_time=first,
+        fire_until=last if last != first else None,
+        fire_count=count,
+        task_id=fire_task_id(task.id, task.name, first),
+        state="missed",
+        claimed_by=node,
+        attempts=0,
+        reason=(
+            f"{at_least}{count} fire(s) from {first.isoformat()} to {last.isoformat()} not "
+            f"published: {why}"
+        ),
+    )
+
+
+def make_claim(
+    task: PeriodicTask, when: datetime, task_id: str, attempt: int, timer: Timer | None
+) -> Claim:
+    """Return the claim to publish for fire ``when`` of ``task`` (attempt ``attempt``)."""
+    expires = None
+    if task.start_deadline is not None:
+        expires = when + timedelta(seconds=task.start_deadline)
+    return Claim(
+        periodic_task_id=task.id,
+        name=task.name,
+        task=task.task,
+        args=task.args,
+        kwargs=task.kwargs,
+        options=task.options,
+        fire_time=when,
+        task_id=task_id,
+        attempt=attempt,
+        expires=expires,
+        interval=interval_after(timer, when),
+    )
+
+
+def plan(
+    task: PeriodicTask,
+    timer: Timer,
+    now: datetime,
+    running: Callable[[], Running | None],
+    *,
+    node: str,
+    lease: timedelta,
+    grace: timedelta,
+) -> Plan:
+    """Decide what becomes of a due task at ``now``.
+
+    A row without a plan (``next_run`` NULL or :data:`EPOCH`) is only planned. Otherwise
+    the grid from ``next_run`` to ``now`` is walked, the misfire policy picks what to
+    publish and the rest is recorded ``missed``; each picked fire is claimed, or recorded
+    ``expired`` past its starting deadline, or ``skipped`` when the overlap policy is
+    ``skip`` and ``running()`` (called only then) names a fire still in flight. The row's
+    ``next_run`` moves to the first grid point after ``now``.
+    """
+    if task.next_run is None or task.next_run == EPOCH:
+        # Added or re-timed by raw SQL: plan only, nothing was due yet.
+        return Plan(RowUpdate(next_run=timer.first_fire(now, task.last_fire)))
+    limit = max(task.misfire_limit, 1)
+    walk = backlog(timer, task.next_run, now, keep=limit + 1)
+    publish = choose(task.misfire_policy, walk.tail, now, grace, limit)
+    entries: list[Entry] = []
+    claims: list[Claim] = []
+    missed = walk.count - len(publish)
+    if missed > 0:
+        why = f"beat was not running or fell behind (misfire policy {task.misfire_policy})"
+        last_missed = walk.tail[-len(publish) - 1]
+        entries.append(
+            missed_entry(task, walk.first, last_missed, missed, why, node=node, capped=walk.capped)
+        )
+    busy = running() if task.overlap_policy == "skip" else None
+    for when in publish:
+        claimed = Entry(
+            periodic_task_id=task.id,
+            fire_time=when,
+            task_id=fire_task_id(task.id, task.name, when),
+            state="claimed",
+            claimed_by=node,
+            lease_until=now + lease,
+            claimed_at=now,
+        )
+        late = now - when
+        if task.start_deadline is not None and late > timedelta(seconds=task.start_deadline):
+            entries.append(
+                _refused(
+                    claimed,
+                    "expired",
+                    f"not published: {late.total_seconds():.1f}s late, past the starting "
+                    f"deadline of {task.start_deadline:g}s",
+                )
+            )
+        elif busy is not None:
+            entries.append(
+                _refused(
+                    claimed,
+                    "skipped",
+                    f"not published: fire {busy[0].isoformat()} is still {busy[1]} "
+                    "(overlap policy skip)",
+                )
+            )
+        else:
+            entries.append(claimed)
+            claims.append(make_claim(task, when, claimed.task_id, claimed.attempts, timer))
+    update = RowUpdate(next_run=timer.next_after(now), last_fire=walk.tail[-1], runs=len(claims))
+    return Plan(update, entries, claims)
+
+
+def _refused(entry: Entry, state: str, reason: str) -> Entry:
+    return Entry(**{**entry.row(), "state": state, "reason": reason})

@@ -1,0 +1,66 @@
+"""One database handle: the engine, what its dialect can do, and the store's clock.
+
+:class:`~celery_cronstore.store.Store`, beat's claimer and the worker's guard all take
+this handle, so none of them needs another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from celery_cronstore.store.engine import WRITE_OPTION, Clock, db_now, probe
+
+__all__ = ["Database"]
+
+
+class Database:
+    """An engine with its probed dialect and the clock every decision is judged by."""
+
+    def __init__(self, engine: sa.Engine, clock: Clock | None = None) -> None:
+        self.engine = engine
+        #: Replaces the database clock (tests only; see ``celery_cronstore.testing``).
+        self.clock = clock
+        self.dialect = probe(engine)
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether this is SQLite (no row locks: writers serialize with BEGIN IMMEDIATE)."""
+        return self.dialect.name == "sqlite"
+
+    @contextmanager
+    def begin(self) -> Iterator[sa.Connection]:
+        """Yield a connection inside a write transaction (commit on success)."""
+        with self.engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
+            yield conn
+
+    def now(self, conn: sa.Connection | None = None) -> datetime:
+        """Return the store's notion of now: the database clock (or the injected one)."""
+        if conn is not None:
+            return db_now(conn, self.clock)
+        with self.engine.connect() as fresh:
+            return db_now(fresh, self.clock)
+
+    def locked(
+        self,
+        query: sa.Select[Any],
+        *,
+        read: bool = False,
+        skip_locked: bool = False,
+        of: Any = None,
+    ) -> sa.Select[Any]:
+        """Return ``query`` taking row locks where the dialect has them (not SQLite).
+
+        ``skip_locked`` skips rows another transaction holds where the dialect can (else
+        it waits for them). A locking read also sees the newest committed row under
+        MariaDB's REPEATABLE READ.
+        """
+        if self.is_sqlite:
+            return query
+        if skip_locked and self.dialect.skip_locked:
+            return query.with_for_update(skip_locked=True, of=of)
+        return query.with_for_update(read=read, of=of)

@@ -1,0 +1,214 @@
+"""Beat's ledger work after the claim: mark published, take over lapsed leases, run-now.
+
+:class:`LeaseKeeper` is the half of :class:`~celery_cronstore.store.Claimer` that works
+on fires already in the ledger; the claim itself is in ``claims``. Decisions come from
+:mod:`celery_cronstore.policy`; this module reads and writes rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from celery_cronstore import policy
+from celery_cronstore.errors import TaskNotFoundError, TimerError
+from celery_cronstore.records import EPOCH, Claim, PeriodicTask
+from celery_cronstore.store.db import Database
+from celery_cronstore.store.rows import json_problems, to_task
+from celery_cronstore.store.schema import beat, fire, periodic_task
+from celery_cronstore.timers import Timer
+
+__all__ = ["LeaseKeeper"]
+
+_PT = periodic_task.c
+_F = fire.c
+#: Most task ids in one ``IN (...)`` list.
+_IN_CHUNK = 1000
+
+
+class LeaseKeeper:
+    """Mark, redeliver and take over the fires one beat process (``node``) handles."""
+
+    db: Database
+    node: str
+    lease: timedelta
+    batch_size: int
+    allowlist: tuple[str, ...]
+    task_check: Callable[[str], str | None] | None
+    start_timeout: float | None
+    max_redeliveries: int
+
+    def refusal(self, task: PeriodicTask, row: sa.Row[Any]) -> str | None:
+        """Return why a fire of ``task`` (read as ``row``) must not be sent, or ``None``."""
+        return policy.send_refusal(task.task, json_problems(row), self.allowlist, self.task_check)
+
+    def mark_published(
+        self, claims: list[Claim], watched: Callable[[Claim], bool] | None = None
+    ) -> int:
+        """Mark claims as published, fenced on this node and each claim's attempt.
+
+        A claim ``watched`` says yes to (beat: a CronTask, whose start the ledger records)
+        gets a *start lease*: if it has not started ``start_timeout`` seconds from now,
+        :meth:`redeliver_unstarted` hands it back for another publish (at most
+        ``max_redeliveries`` times).
+        """
+        if not claims:
+            return 0
+        groups: dict[tuple[int, bool], list[str]] = {}
+        for claim in claims:
+            watch = (
+                watched is not None
+                and self.start_timeout is not None
+                and claim.attempt <= self.max_redeliveries
+                and watched(claim)
+            )
+            groups.setdefault((claim.attempt, watch), []).append(claim.task_id)
+        marked = 0
+        with self.db.begin() as conn:
+            now = self.db.now(conn)
+            for (attempt, watch), ids in groups.items():
+                lease = now + timedelta(seconds=self.start_timeout or 0) if watch else None
+                for start in range(0, len(ids), _IN_CHUNK):
+                    result = conn.execute(
+                        sa.update(fire)
+                        .where(
+                            _F.task_id.in_(ids[start : start + _IN_CHUNK]),
+                            _F.state == "claimed",
+                            _F.claimed_by == self.node,
+                            _F.attempts == attempt,
+                        )
+                        .values(state="published", published_at=now, lease_until=lease)
+                    )
+                    marked += result.rowcount
+        return marked
+
+    def redeliver_unstarted(self) -> int:
+        """Hand back published fires whose start lease ran out without a start.
+
+        A message can be lost after the broker took it (Redis: popped by a worker whose
+        connection dropped before the message arrived). Such a fire is put back in state
+        ``claimed`` with an expired lease, so :meth:`reclaim_expired` publishes it again
+        under the same task id; if the first message does turn up, the CronTask guard
+        starts only one of them. Return how many fires were handed back.
+        """
+        with self.db.begin() as conn:
+            now = self.db.now(conn)
+            result = conn.execute(
+                sa.update(fire)
+                .where(_F.state == "published", _F.lease_until < now)
+                .values(state="claimed", lease_until=now - timedelta(microseconds=1))
+            )
+            return max(result.rowcount, 0)
+
+    def reclaim_expired(self) -> list[Claim]:
+        """Take over claims whose lease ran out unpublished; return them to publish again."""
+        with self.db.begin() as conn:
+            now = self.db.now(conn)
+            query = (
+                sa.select(fire, periodic_task)
+                .join_from(fire, periodic_task, _F.periodic_task_id == _PT.id)
+                .where(_F.state == "claimed", _F.lease_until < now)
+                .order_by(_F.lease_until)
+                .limit(self.batch_size)
+            )
+            claims: list[Claim] = []
+            for row in conn.execute(self.db.locked(query, skip_locked=True, of=fire)).all():
+                claim = self._take_over(conn, row, now)
+                if claim is not None:
+                    claims.append(claim)
+        return claims
+
+    def _take_over(self, conn: sa.Connection, row: sa.Row[Any], now: datetime) -> Claim | None:
+        m = row._mapping
+        task = to_task(row)
+        claim = policy.make_claim(
+            task, m[_F.fire_time], m[_F.task_id], m[_F.attempts] + 1, _timer_or_none(task)
+        )
+        values: dict[str, Any] = {
+            "attempts": claim.attempt,
+            "claimed_by": self.node,
+            "lease_until": now + self.lease,
+        }
+        # The row may have been edited since the claim: never re-publish what beat would
+        # now refuse (another task name, unsafe options).
+        refused = self.refusal(task, row)
+        if refused is not None:
+            values.update(state="dropped", lease_until=None, reason=f"not re-published: {refused}")
+        elif claim.expires is not None and now > claim.expires:
+            values.update(
+                state="expired",
+                lease_until=None,
+                reason="publish never completed before the starting deadline",
+            )
+        result = conn.execute(
+            sa.update(fire)
+            .where(_F.id == m[_F.id], _F.attempts == m[_F.attempts], _F.state == "claimed")
+            .values(**values)
+        )
+        return claim if result.rowcount == 1 and "state" not in values else None
+
+    def claim_now(self, name: str) -> Claim:
+        """Claim an extra fire of task ``name`` at the database's now (``run-now``).
+
+        The fire gets its own ledger row and task id like any other; the caller publishes
+        it and calls :meth:`mark_published`. Works for disabled tasks too.
+        """
+        with self.db.begin() as conn:
+            now = self.db.now(conn)
+            row = conn.execute(sa.select(periodic_task).where(_PT.name == name)).first()
+            if row is None:
+                raise TaskNotFoundError(f"no periodic task named {name!r}")
+            task = to_task(row)
+            refused = self.refusal(task, row)
+            if refused is not None:
+                raise ValueError(f"periodic task {name!r} cannot be sent: {refused}")
+            entry = policy.Entry(
+                periodic_task_id=task.id,
+                fire_time=now,
+                task_id=policy.fire_task_id(task.id, task.name, now),
+                state="claimed",
+                reason="run-now requested",
+                claimed_by=self.node,
+                lease_until=now + self.lease,
+                claimed_at=now,
+            )
+            conn.execute(sa.insert(fire).values(**entry.row()))
+            return policy.make_claim(task, now, entry.task_id, entry.attempts, _timer_or_none(task))
+
+    def replan_errors(self) -> int:
+        """Give every enabled task in error another look on the next tick; return how many.
+
+        Beat calls this at start: a deploy may have fixed what put them in error (a task
+        now registered or allowed). Rows still wrong go back in error, with the reason.
+        """
+        with self.db.begin() as conn:
+            result = conn.execute(
+                sa.update(periodic_task)
+                .where(_PT.enabled == sa.true(), _PT.error.is_not(None), _PT.next_run.is_(None))
+                .values(next_run=EPOCH, version=_PT.version + 1)
+            )
+            return int(result.rowcount)
+
+    def heartbeat(self, started_at: datetime) -> datetime:
+        """Record that this beat ticked (for ``cronstore health``); return the db time."""
+        with self.db.begin() as conn:
+            now = self.db.now(conn)
+            result = conn.execute(
+                sa.update(beat).where(beat.c.node == self.node).values(last_tick=now)
+            )
+            if result.rowcount == 0:
+                conn.execute(
+                    sa.insert(beat).values(node=self.node, started_at=started_at, last_tick=now)
+                )
+        return now
+
+
+def _timer_or_none(task: PeriodicTask) -> Timer | None:
+    """The task's timer, or ``None`` when it is bad (a fire already claimed still goes)."""
+    try:
+        return policy.timer_of(task)
+    except (TimerError, ValueError):
+        return None

@@ -1,0 +1,303 @@
+"""The worker side of the ledger: the SQL behind :class:`celery_cronstore.CronTask`.
+
+A CronTask run that beat published (it carries the ``cronstore_*`` headers) asks
+:func:`start_fire` before its body runs. In ONE transaction it locks the periodic task's
+row (``FOR UPDATE``; SQLite transactions are ``BEGIN IMMEDIATE`` already), reads a
+snapshot of the fire, lets :func:`celery_cronstore.policy.decide_start` decide (the
+decision table is documented there) and writes the outcome: ``started`` with
+``last_run = now`` (start time, not finish time), or the refusal with its reason.
+:func:`finish_fire`, :func:`expire_fire` and :func:`checkpoint` record the rest of a run.
+Time is the store's clock (the database's; an injected clock in tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from celery_cronstore import policy
+from celery_cronstore.errors import TimerError
+from celery_cronstore.records import PeriodicTask
+from celery_cronstore.store.db import Database
+from celery_cronstore.store.rows import summarize, to_task
+from celery_cronstore.store.schema import fire, periodic_task
+from celery_cronstore.store.types import dumps
+
+__all__ = ["RunStart", "checkpoint", "expire_fire", "finish_fire", "start_fire"]
+
+_PT = periodic_task.c
+_F = fire.c
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What :func:`start_fire` decided for one delivery of one fire, and what the run needs."""
+
+    #: Whether the body may run.
+    started: bool
+    #: ``started``, ``retry`` (a retry of a started fire), ``dropped``, ``skipped``,
+    #: ``expired`` (past the starting deadline, on the store's clock) or ``duplicate``
+    #: (refused; nothing written) or ``unknown`` (no ledger row).
+    outcome: str
+    task_id: str
+    #: Why the run was refused (``None`` when it starts).
+    reason: str | None
+    #: The store's time when the decision was taken (the run's start when it starts).
+    now: datetime
+    name: str | None = None
+    periodic_task_id: int | None = None
+    fire_time: datetime | None = None
+    #: ``last_run`` as the guard read it, before this decision changed it.
+    last_run: datetime | None = None
+    #: Seconds from this fire to the timer's next one (``None``: no next fire).
+    interval: float | None = None
+    tolerance: float | None = None
+    #: The cooperative deadline: start + interval / 2 (``None`` without an interval).
+    deadline: datetime | None = None
+    resume_state: Any = None
+    max_retries: int = 0
+    #: Whether the refusal was written to the ledger.
+    recorded: bool = False
+
+
+def start_fire(
+    db: Database,
+    task_id: str,
+    *,
+    node: str,
+    tolerance: float = 5.0,
+    retries: int = 0,
+    interval: float | None = None,
+) -> RunStart:
+    """Decide whether the delivery of fire ``task_id`` starts; record it (one transaction).
+
+    ``tolerance`` is the default slack (the periodic task's own ``tolerance`` column wins);
+    ``interval`` is the ``cronstore_interval`` header (recomputed from the timer when
+    ``None``); ``retries`` is Celery's ``request.retries``.
+    """
+    with db.begin() as conn:
+        pt_id = conn.execute(
+            sa.select(_F.periodic_task_id).where(_F.task_id == task_id)
+        ).scalar_one_or_none()
+        if pt_id is None:
+            reason = "no ledger row for this task id (periodic task removed?)"
+            return RunStart(False, "unknown", task_id, reason, db.now(conn))
+        task = to_task(
+            conn.execute(db.locked(sa.select(periodic_task).where(_PT.id == pt_id))).one()
+        )
+        # Read the clock now that we hold the lock: a run that waited for it must not be
+        # judged "early" against a last_run written after an earlier reading.
+        now = db.now(conn)
+        row = conn.execute(
+            db.locked(sa.select(_F.id, _F.state, _F.fire_time).where(_F.task_id == task_id))
+        ).one()
+        if interval is None:
+            interval = _interval(task, row.fire_time)
+        snap = _snapshot(db, conn, task, row, now, retries, interval, tolerance, task_id)
+        decision = policy.decide_start(snap)
+        recorded = False
+        if not decision.started:
+            recorded = decision.recorded and _record_refusal(conn, row.id, decision, node, now)
+        elif not _record_start(conn, task, row.id, decision, node, now):
+            # Cannot happen while we hold the locks; be safe anyway.
+            decision = policy.StartDecision(
+                "duplicate", f"duplicate delivery: fire {task_id} changed state"
+            )
+        return RunStart(
+            decision.started,
+            decision.outcome,
+            task_id,
+            decision.reason,
+            now,
+            name=task.name,
+            periodic_task_id=pt_id,
+            fire_time=row.fire_time,
+            last_run=task.last_run,
+            interval=interval,
+            tolerance=snap.tolerance,
+            deadline=policy.deadline(now, interval) if decision.started else None,
+            resume_state=task.resume_state,
+            max_retries=int(task.max_retries),
+            recorded=recorded,
+        )
+
+
+def _interval(task: PeriodicTask, fire_time: datetime) -> float | None:
+    try:
+        return policy.interval_after(policy.timer_of(task), fire_time)
+    except (TimerError, ValueError):
+        return None
+
+
+def _snapshot(
+    db: Database,
+    conn: sa.Connection,
+    task: PeriodicTask,
+    row: sa.Row[Any],
+    now: datetime,
+    retries: int,
+    interval: float | None,
+    tolerance: float,
+    task_id: str,
+) -> policy.StartSnapshot:
+    """Build the guard's snapshot; the extra reads run only if the decision asks for them."""
+
+    def running() -> tuple[datetime, str] | None:
+        query = (
+            sa.select(_F.fire_time, _F.state)
+            .where(
+                _F.periodic_task_id == task.id,
+                _F.id != row.id,
+                _F.state.in_(policy.WORKER_RUNNING),
+                _F.started_at > now - policy.STALE_RUNNING,
+            )
+            .order_by(_F.fire_time.desc())
+            .limit(1)
+        )
+        found = conn.execute(db.locked(query, read=True)).first()
+        return None if found is None else (found.fire_time, found.state)
+
+    def later_started() -> datetime | None:
+        return conn.execute(
+            sa.select(_F.fire_time)
+            .where(
+                _F.periodic_task_id == task.id,
+                _F.fire_time > row.fire_time,
+                _F.started_at.is_not(None),
+            )
+            .limit(1)
+        ).scalar_one_or_none()
+
+    def previous_fire() -> datetime | None:
+        return conn.execute(
+            sa.select(sa.func.max(_F.fire_time)).where(
+                _F.periodic_task_id == task.id, _F.fire_time < row.fire_time
+            )
+        ).scalar_one_or_none()
+
+    return policy.StartSnapshot(
+        task_id=task_id,
+        now=now,
+        retries=retries,
+        state=row.state,
+        fire_time=row.fire_time,
+        enabled=task.enabled,
+        start_deadline=task.start_deadline,
+        overlap_policy=task.overlap_policy,
+        last_run=task.last_run,
+        interval=interval,
+        tolerance=float(task.tolerance) if task.tolerance is not None else float(tolerance),
+        running=running,
+        later_started=later_started,
+        previous_fire=previous_fire,
+    )
+
+
+def _record_refusal(
+    conn: sa.Connection, fire_id: int, decision: policy.StartDecision, node: str, now: datetime
+) -> bool:
+    result = conn.execute(
+        sa.update(fire)
+        .where(_F.id == fire_id, _F.state.in_(policy.STARTABLE))
+        .values(
+            state=decision.outcome,
+            reason=decision.reason,
+            node=node,
+            finished_at=now,
+            lease_until=None,
+        )
+    )
+    return bool(result.rowcount == 1)
+
+
+def _record_start(
+    conn: sa.Connection,
+    task: PeriodicTask,
+    fire_id: int,
+    decision: policy.StartDecision,
+    node: str,
+    now: datetime,
+) -> bool:
+    if decision.outcome == "retry":
+        conn.execute(
+            sa.update(fire)
+            .where(_F.id == fire_id, _F.state == "retrying")
+            .values(state="started", node=node, reason=None)
+        )
+        return True
+    result = conn.execute(
+        sa.update(fire)
+        .where(_F.id == fire_id, _F.state.in_(policy.STARTABLE))
+        .values(state="started", started_at=now, node=node, reason=None, lease_until=None)
+    )
+    if result.rowcount != 1:
+        return False
+    conn.execute(sa.update(periodic_task).where(_PT.id == task.id).values(last_run=now))
+    return True
+
+
+def finish_fire(
+    db: Database,
+    task_id: str,
+    state: str,
+    *,
+    result: Any = None,
+    error: str | None = None,
+) -> bool:
+    """Record how a started fire ended; return whether the fire was still in flight.
+
+    ``state`` is one of :data:`~celery_cronstore.policy.FINISH_STATES`. ``result`` is
+    summarized into the ledger; ``error`` goes to the row's ``reason``. ``retrying`` keeps
+    the fire in flight until its retry starts (:func:`start_fire` with ``retries > 0``).
+    """
+    if state not in policy.FINISH_STATES:
+        raise ValueError(f"state must be one of {policy.FINISH_STATES}, got {state!r}")
+    values: dict[str, Any] = {"state": state, "reason": error}
+    if result is not None:
+        values["result"] = summarize(result)
+    with db.begin() as conn:
+        if state != "retrying":
+            values["finished_at"] = db.now(conn)
+        done = conn.execute(
+            sa.update(fire)
+            .where(_F.task_id == task_id, _F.state.in_(policy.WORKER_RUNNING))
+            .values(**values)
+        )
+        return bool(done.rowcount == 1)
+
+
+def expire_fire(db: Database, task_id: str, reason: str) -> bool:
+    """Record that a worker discarded fire ``task_id`` unstarted because its message expired.
+
+    Return whether a published (or still claimed) fire was moved to ``expired``.
+    """
+    with db.begin() as conn:
+        now = db.now(conn)
+        done = conn.execute(
+            sa.update(fire)
+            .where(_F.task_id == task_id, _F.state.in_(policy.STARTABLE))
+            .values(state="expired", reason=reason, finished_at=now, lease_until=None)
+        )
+        return bool(done.rowcount == 1)
+
+
+def checkpoint(db: Database, task_id: str, state: Any) -> bool:
+    """Store ``state`` (JSON) as the resume state of the task whose fire ``task_id`` runs.
+
+    Fenced on the fire still being ``started``: a run that was already recorded as ended
+    (or never started) cannot overwrite the state. Return whether it was stored.
+    """
+    text = None if state is None else dumps(state)
+    running = (
+        sa.select(_F.periodic_task_id)
+        .where(_F.task_id == task_id, _F.state == "started")
+        .scalar_subquery()
+    )
+    with db.begin() as conn:
+        done = conn.execute(
+            sa.update(periodic_task).where(_PT.id == running).values(resume_state=text)
+        )
+        return bool(done.rowcount == 1)
