@@ -49,18 +49,19 @@ instants with the rule above.
 from __future__ import annotations
 
 import math
-import re
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Any, NoReturn
+from typing import Any
 
 from croniter import croniter
 
 from celery_cronstore.errors import TimerSearchError, TimerSyntaxError
 from celery_cronstore.timers.base import Timer, require_aware, resolve_zone
+from celery_cronstore.timers.cron.grammar import MACRO_TEXT, MACROS, field_at, normalize, syntax
+from celery_cronstore.timers.cron.text import describe
 
-__all__ = ["CronTimer"]
+__all__ = ["MACROS", "CronTimer"]
 
 _UTC = timezone.utc
 _ONE_US = timedelta(microseconds=1)
@@ -69,192 +70,9 @@ _ONE_S = timedelta(seconds=1)
 _NAIVE_EPOCH = datetime(1970, 1, 1, tzinfo=_UTC).replace(tzinfo=None)
 _PROBE_START = datetime(2000, 1, 1, tzinfo=_UTC).replace(tzinfo=None)
 
-MACROS: dict[str, str] = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-_MACRO_TEXT: dict[str, str] = {
-    "@yearly": "every year on January 1 at 00:00",
-    "@annually": "every year on January 1 at 00:00",
-    "@monthly": "every month on day 1 at 00:00",
-    "@weekly": "every Sunday at 00:00",
-    "@daily": "every day at 00:00",
-    "@midnight": "every day at 00:00",
-    "@hourly": "every hour at minute 0",
-}
-
-_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
-_MONTH_NAMES = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
-_WEEKDAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
-
-
-class _Field:
-    """One column of a crontab line: its name, value range and accepted names."""
-
-    def __init__(self, name: str, low: int, high: int, names: tuple[str, ...] = ()) -> None:
-        self.name = name
-        self.low = low
-        self.high = high
-        # Names map to low, low+1, ... (jan=1, sun=0).
-        self.names = {n: low + i for i, n in enumerate(names)}
-
-
-_FIELDS = (
-    _Field("minute", 0, 59),
-    _Field("hour", 0, 23),
-    _Field("day-of-month", 1, 31),
-    _Field("month", 1, 12, _MONTHS),
-    _Field("day-of-week", 0, 7, _WEEKDAYS),
-    _Field("second", 0, 59),
-)
-
-_BLANKS = re.compile(r"\S+")
-_ITEM = re.compile(
-    r"^(?:\*|(?P<first>[a-z0-9]+)(?:-(?P<last>[a-z0-9]+))?)(?:/(?P<step>[a-z0-9]*))?$"
-)
-_EXTENSION = re.compile(r"[#?]|^[lwhr]$|^\d+[lw]$|^[lw]\d+$|^h\(|^r\(")
-_MAX_DIGITS = 4  # never hand int() a 5000-digit string: it raises on CPython >= 3.11
-
 # Upper bound on wall-clock candidates examined by one search. Each candidate is a
 # real match of the expression, so a handful suffices; the bound guards bugs only.
 _SEARCH_LIMIT = 10_000
-
-
-def _syntax(message: str, expression: str, token: str | None, position: int | None) -> NoReturn:
-    if token is not None and len(token) > 24:
-        token = token[:20] + "..."
-    raise TimerSyntaxError(message, expression=expression, token=token, position=position)
-
-
-def _check_value(text: str, field: _Field, expression: str, position: int) -> None:
-    if text.isdigit():
-        if len(text) > _MAX_DIGITS or not field.low <= int(text) <= field.high:
-            _syntax(
-                f"{field.name} {text[:8]} is out of range {field.low}..{field.high}",
-                expression,
-                text,
-                position,
-            )
-        return
-    if text.lower() in field.names:
-        return
-    hint = f"a number {field.low}..{field.high}"
-    if field.names:
-        hint += f" or a name like {next(iter(field.names))!r}"
-    _syntax(f"{field.name} value must be {hint}", expression, text, position)
-
-
-def _check_field(text: str, field: _Field, expression: str, start: int) -> None:
-    """Raise TimerSyntaxError naming the first bad token of one field (``text`` as written)."""
-    for index, char in enumerate(text):
-        if not (char.isascii() and (char.isalnum() or char in "*-/,#?()")):
-            _syntax(
-                f"unexpected character in the {field.name} field", expression, char, start + index
-            )
-    offset = 0
-    items = text.split(",")
-    for item in items:
-        position = start + offset
-        offset += len(item) + 1
-        if not item:
-            _syntax(f"empty list item in the {field.name} field", expression, text, start)
-        if item == "*" and len(items) > 1:
-            # croniter mis-expands "*,5"; a bare "*" already covers every value.
-            _syntax(
-                f"'*' cannot be combined with other items in the {field.name} field",
-                expression,
-                item,
-                position,
-            )
-        lowered = item.lower()
-        if _EXTENSION.search(lowered):
-            _syntax(
-                f"croniter extension in the {field.name} field is not supported "
-                "(use a calendar timer)",
-                expression,
-                item,
-                position,
-            )
-        match = _ITEM.match(lowered)
-        if match is None:
-            _syntax(f"malformed {field.name} item", expression, item, position)
-        if match["first"] is not None:
-            _check_value(
-                item[match.start("first") : match.end("first")], field, expression, position
-            )
-        if match["last"] is not None:
-            at = match.start("last")
-            _check_value(item[at : match.end("last")], field, expression, position + at)
-        step = match["step"]
-        if step is not None:
-            step_at = position + match.start("step")
-            span = field.high - field.low + 1
-            if not step.isdigit():
-                _syntax(f"{field.name} step must be a whole number", expression, step, step_at)
-            if len(step) > _MAX_DIGITS or int(step) > span:
-                _syntax(
-                    f"{field.name} step {step[:8]} is larger than the range "
-                    f"{field.low}..{field.high}",
-                    expression,
-                    step,
-                    step_at,
-                )
-            if int(step) == 0:
-                _syntax(f"{field.name} step must be at least 1", expression, step, step_at)
-
-
-def _normalize(expression: str) -> tuple[str, str | None]:
-    """Return (canonical text, macro or None) after checking every field."""
-    text = expression.strip()
-    if text.startswith("@"):
-        macro = text.lower()
-        if macro == "@reboot":
-            _syntax(
-                "@reboot has no meaning for a periodic scheduler",
-                expression,
-                text,
-                expression.index("@"),
-            )
-        if macro not in MACROS:
-            _syntax(
-                f"unknown cron macro (expected one of {', '.join(MACROS)})",
-                expression,
-                text,
-                expression.index("@"),
-            )
-        return macro, macro
-    spans = [(m.group(), m.start()) for m in _BLANKS.finditer(expression)]
-    if len(spans) not in (5, 6):
-        token, position = spans[6] if len(spans) > 6 else (None, None)
-        _syntax(
-            "a cron expression has 5 fields (minute hour day-of-month month day-of-week) "
-            f"or 6 (plus seconds), not {len(spans)}",
-            expression,
-            token,
-            position,
-        )
-    for (field_text, start), field in zip(spans, _FIELDS, strict=False):
-        _check_field(field_text, field, expression, start)
-    return " ".join(text for text, _ in spans).lower(), None
 
 
 class CronTimer(Timer):
@@ -294,7 +112,7 @@ class CronTimer(Timer):
             raise TimerSyntaxError("empty cron expression", expression=expression)
         zone = resolve_zone(tz, expression=expression)
         tz_name = "UTC" if zone is _UTC else str(tz)
-        canonical, macro = _normalize(expression)
+        canonical, macro = normalize(expression)
         try:
             timer = cls(canonical, macro, zone, tz_name)
         except Exception as exc:  # croniter's errors are ValueError, TypeError, KeyError...
@@ -303,12 +121,12 @@ class CronTimer(Timer):
             ) from exc
         # An expression such as "0 0 30 2 *" parses but names no real date.
         if timer._next_wall(_PROBE_START) is None:
-            day_field = [m for m in _BLANKS.finditer(expression)][2]
-            _syntax(
+            token, position = field_at(expression, 2)
+            syntax(
                 "the day-of-month and month fields never name a real date",
                 expression,
-                day_field.group(),
-                day_field.start(),
+                token,
+                position,
             )
         return timer
 
@@ -356,7 +174,7 @@ class CronTimer(Timer):
 
     def describe(self) -> str:
         """Return a short English description, e.g. "at 09:30 on Monday-Friday"."""
-        text = _MACRO_TEXT[self._macro] if self._macro else _describe(self._fields, self._sets)
+        text = MACRO_TEXT[self._macro] if self._macro else describe(self._fields, self._sets)
         if self.tz_name != "UTC":
             text = f"{text} ({self.tz_name})"
         return text
@@ -484,73 +302,3 @@ def _transition(zone: tzinfo, low: datetime, high: datetime) -> datetime:
 
 def _rebuild(expression: str, tz_name: str) -> CronTimer:
     return CronTimer.parse(expression, tz=tz_name)
-
-
-# -- describe() ------------------------------------------------------------------------
-
-
-def _values(text: str) -> str:
-    return text.replace(",", ", ")
-
-
-def _weekday_text(field: str) -> str:
-    def one(token: str) -> str:
-        if token.isdigit():
-            return _WEEKDAY_NAMES[int(token) % 7]
-        if token in _WEEKDAYS:
-            return _WEEKDAY_NAMES[_WEEKDAYS.index(token)]
-        return token
-
-    parts = []
-    for item in field.split(","):
-        if "/" in item:
-            parts.append(item)
-        else:
-            parts.append("-".join(one(t) for t in item.split("-")))
-    return ", ".join(parts)
-
-
-def _month_text(field: str) -> str:
-    def one(token: str) -> str:
-        if token.isdigit():
-            return _MONTH_NAMES[int(token) - 1]
-        if token in _MONTHS:
-            return _MONTH_NAMES[_MONTHS.index(token)]
-        return token
-
-    parts = []
-    for item in field.split(","):
-        if "/" in item:
-            parts.append(item)
-        else:
-            parts.append("-".join(one(t) for t in item.split("-")))
-    return ", ".join(parts)
-
-
-def _describe(fields: list[str], sets: tuple[frozenset[int] | None, ...]) -> str:
-    minute, hour, dom, month, dow = fields[:5]
-    second = fields[5] if len(fields) == 6 else "0"
-    single = re.compile(r"^\d+$")
-    if single.match(minute) and single.match(hour) and single.match(second):
-        clock = f"at {int(hour):02d}:{int(minute):02d}"
-        if int(second):
-            clock += f":{int(second):02d}"
-    elif sets[0] is None and sets[1] is None and len(fields) == 5:
-        clock = "every minute"
-    elif minute.startswith("*/") and sets[1] is None and second == "0":
-        clock = f"every {minute[2:]} minutes"
-    elif single.match(minute) and sets[1] is None and second == "0":
-        clock = f"every hour at minute {int(minute)}"
-    else:
-        clock = f"at minute {_values(minute)} of hour {_values(hour)}"
-        if second != "0":
-            clock = f"at second {_values(second)} of minute {_values(minute)} of hour {hour}"
-    days = []
-    if sets[2] is not None:
-        days.append(f"on day {_values(dom)} of the month")
-    if sets[4] is not None:
-        joiner = "or " if days else ""  # cron: either day field matches
-        days.append(f"{joiner}on {_weekday_text(dow)}")
-    if sets[3] is not None:
-        days.append(f"in {_month_text(month)}")
-    return " ".join([clock, *days])
