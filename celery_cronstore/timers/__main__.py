@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
 
+    # Show local times in the timer's own zone: a calendar expression may name one
+    # ("daily Europe/Dublin") that wins over --tz.
+    shown_zone = resolve_zone(timer.tz_name)
     out = sys.stdout
     print(f"kind:        {timer.kind}", file=out)
     print(f"canonical:   {timer}", file=out)
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             if fire is None:
                 print("  (no further fire times)", file=out)
                 break
-            local = fire.astimezone(zone)
+            local = fire.astimezone(shown_zone)
             shown = local.strftime("%Y-%m-%d %H:%M:%S %Z %z")
             print(f"  {shown:<34}{format_instant(fire)}", file=out)
             moment = fire

@@ -66,6 +66,8 @@ def parse_instant(
             int((match["f"] or "0").ljust(6, "0")),
         )
         suffix = match["z"]
+        if suffix is None and match["h"] is None:
+            return _start_of_day(naive, zone)
         if suffix is None:
             return _localize(naive, zone, text, source, position)
         if suffix.upper() == "Z":
@@ -102,6 +104,35 @@ def _localize(naive: datetime, zone: tzinfo, text: str, source: str, position: i
             position=position,
         )
     return instant
+
+
+def _start_of_day(midnight: datetime, zone: tzinfo) -> datetime:
+    """Return the first instant of the local day that starts at naive ``midnight``.
+
+    Where the clocks jump over midnight (America/Santiago on 2026-09-06 goes from
+    23:59:59 to 01:00) the day starts at the end of the gap, not at a time that never
+    happens.
+    """
+    if zone is _UTC:
+        return midnight.replace(tzinfo=_UTC)
+    early = midnight.replace(tzinfo=zone, fold=1).astimezone(_UTC)
+    late = midnight.replace(tzinfo=zone, fold=0).astimezone(_UTC)
+    low, high = min(early, late), max(early, late)
+    if high.astimezone(zone).replace(tzinfo=None) < midnight:
+        return high  # unreachable: a gap ends after the wall time it skips
+    if low.astimezone(zone).replace(tzinfo=None) >= midnight:
+        return low  # midnight exists (once, or twice in a fold: the first)
+    # Bisect to the second: the day's first instant lies in (low, high]; 48 steps at most.
+    step = timedelta(seconds=1)
+    for _ in range(48):
+        if high - low <= step:
+            break
+        middle = low + (high - low) // 2
+        if middle.astimezone(zone).replace(tzinfo=None) >= midnight:
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 def format_instant(instant: datetime) -> str:

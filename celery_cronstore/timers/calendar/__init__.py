@@ -2,7 +2,8 @@
 
 The package splits along the grammar: :mod:`.fields` (value sets), :mod:`.parse`
 (tokens, shorthands, zones), :mod:`.spec` (normalized form), :mod:`.clock` (local time
-as glibc computes it), :mod:`.search` (next elapse) and :mod:`.describe` (English).
+as glibc computes it), :mod:`.search` (next elapse, as systemd walks it), :mod:`.scan`
+(the true next fire, where systemd gives up) and :mod:`.describe` (English).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from celery_cronstore.errors import TimerSearchError
 from celery_cronstore.timers.base import Timer, require_aware, resolve_zone
 from celery_cronstore.timers.calendar.clock import LocalClock, days_from_civil
 from celery_cronstore.timers.calendar.describe import describe_spec
-from celery_cronstore.timers.calendar.fields import USEC, Chain, chain_contains
+from celery_cronstore.timers.calendar.fields import Chain, chain_contains
 from celery_cronstore.timers.calendar.parse import load_zone, parse_spec
+from celery_cronstore.timers.calendar.scan import next_real, wall_matches
 from celery_cronstore.timers.calendar.search import MAX_YEAR, next_elapse
 from celery_cronstore.timers.calendar.spec import CalendarSpec
 
@@ -77,51 +79,32 @@ class CalendarTimer(Timer):
         return cls(spec, "UTC" if zone is timezone.utc else str(tz), zone)
 
     def next_after(self, after: datetime) -> datetime | None:
-        """Return the first elapse strictly after ``after`` (aware, UTC) or None."""
+        """Return the first elapse strictly after ``after`` (aware, UTC) or None.
+
+        The answer is systemd's wherever systemd has one. Where systemd's walk gives up
+        (it loops, or steps back before ``after``) or says "never" while a real fire is
+        still ahead, the answer is the true next fire (:func:`.scan.next_real`): a
+        timer with a future fire always has a next one.
+        """
         moment = require_aware(after)
         if not self._possible:
             return None
         after_us = (moment - _EPOCH) // _ONE_USEC
-        found = next_elapse(self.spec, LocalClock(self._zone), after_us)
-        if found is None:
-            return None
-        if found <= after_us:
-            # Guard the contract: never hand back a time that is not in the future.
-            raise TimerSearchError(f"search for {self} stepped back before {moment.isoformat()}")
+        try:
+            found = next_elapse(self.spec, LocalClock(self._zone), after_us)
+        except TimerSearchError:
+            found = None  # systemd: "Infinite loop in calendar calculation"
+        if found is None or found <= after_us:
+            found = next_real(self.spec, LocalClock(self._zone), after_us)
+            if found is None:
+                return None
         return _EPOCH + timedelta(microseconds=found)
 
     def matches(self, instant: datetime) -> bool:
         """Return whether the local wall-clock reading of ``instant`` satisfies the event."""
         moment = require_aware(instant)
-        local = moment.astimezone(self._zone or timezone.utc)
-        spec = self.spec
-        if spec.weekdays is not None and not spec.weekdays & (1 << local.weekday()):
-            return False
-        day_chain = spec.day
-        if spec.last_day and day_chain is not None:
-            length = _month_length(local.year, local.month)
-            day_bounds = []
-            for c in day_chain:
-                first = length + 1 - c.start
-                last = -1 if c.stop < 0 else length + 1 - c.stop
-                day_bounds.append((last, first, c.repeat) if last > 0 else (first, -1, c.repeat))
-            if not chain_contains(day_bounds, local.day):
-                return False
-            day_chain = None
-        checks = (
-            (spec.year, local.year),
-            (spec.month, local.month),
-            (day_chain, local.day),
-            (spec.hour, local.hour),
-            (spec.minute, local.minute),
-            (spec.second, local.second * USEC + local.microsecond),
-        )
-        for chain, value in checks:
-            if chain is not None and not chain_contains(
-                [(c.start, c.stop, c.repeat) for c in chain], value
-            ):
-                return False
-        return True
+        local = moment.astimezone(self._zone or timezone.utc).replace(tzinfo=timezone.utc)
+        return wall_matches(self.spec, (local - _EPOCH) // _ONE_USEC)
 
     def __str__(self) -> str:
         return str(self.spec)

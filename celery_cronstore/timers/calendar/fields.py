@@ -23,6 +23,7 @@ __all__ = [
     "Component",
     "FieldInfo",
     "chain_contains",
+    "collapse_every_second",
     "format_chain",
     "next_in_chain",
     "normalize_chain",
@@ -86,6 +87,22 @@ def normalize_chain(components: list[Component]) -> Chain:
         new = Component(start, stop, repeat, comp.position, comp.text)
         cleaned.setdefault(new.key(), new)
     return tuple(cleaned[k] for k in sorted(cleaned))
+
+
+def collapse_every_second(chain: Chain) -> Chain:
+    """Return ``(0/1,)`` when the seconds chain holds ``0/1`` and nothing finer.
+
+    ``0/1`` fires every whole second, so other whole-second components add nothing and
+    systemd prints the chain as ``*`` (``*:*:0/1,15`` -> ``*:*:*``). A component with a
+    fraction (``59.5``) still adds a fire time, so then the chain stays as written
+    (systemd collapses it too and loses that fire; we do not copy that).
+    """
+    every = (0, -1, USEC)
+    if not any(c.key() == every for c in chain):
+        return chain
+    if any(value % USEC for c in chain for value in (c.start, max(c.stop, 0), c.repeat)):
+        return chain
+    return tuple(c for c in chain if c.key() == every)[:1]
 
 
 def _show(value: int, unit: int) -> str:

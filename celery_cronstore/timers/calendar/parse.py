@@ -28,6 +28,7 @@ from celery_cronstore.timers.calendar.fields import (
     YEAR,
     Chain,
     Component,
+    collapse_every_second,
     normalize_chain,
     validate_chain,
 )
@@ -392,7 +393,7 @@ def parse_spec(expression: str) -> CalendarSpec:
         day=chains["day"],
         hour=chains["hour"],
         minute=chains["minute"],
-        second=second,
+        second=collapse_every_second(second),
         last_day=last_day,
         utc=utc or parser.utc,
         timezone=None if (utc or parser.utc) else zone,

@@ -19,7 +19,7 @@ The walk gives up after :data:`MAX_ITERATIONS` restarts, like systemd, raising
 from __future__ import annotations
 
 from celery_cronstore.errors import TimerSearchError
-from celery_cronstore.timers.calendar.clock import LocalClock, Tm, days_from_civil
+from celery_cronstore.timers.calendar.clock import LocalClock, Tm, days_from_civil, wall_seconds
 from celery_cronstore.timers.calendar.fields import USEC, Chain, next_in_chain
 from celery_cronstore.timers.calendar.spec import CalendarSpec
 
@@ -37,9 +37,10 @@ def _triples(chain: Chain) -> list[tuple[int, int, int]]:
 class _Walk:
     """State of one search: the cursor ``tm``, its microseconds, DST flag, and the clock."""
 
-    def __init__(self, spec: CalendarSpec, clock: LocalClock) -> None:
+    def __init__(self, spec: CalendarSpec, clock: LocalClock, start: int) -> None:
         self.spec = spec
         self.clock = clock
+        self.start = start
         self.year = None if spec.year is None else _triples(spec.year)
         self.month = None if spec.month is None else _triples(spec.month)
         self.day = None if spec.day is None else _triples(spec.day)
@@ -68,12 +69,21 @@ class _Walk:
         if cmp < 0:
             return -1, -1
         tm[:] = norm
-        if index < 5 and not self.clock.exists(norm):
+        if index < 5 and not self.clock.exists(norm) and not self._lands_after(norm, int(dst)):
             # The reset landed in a DST gap. Carrying the DST flag over would make the
-            # next mktime() step back before the gap; systemd 252 is observed (tested
-            # against systemd-analyze) to step forward past the gap instead.
+            # next mktime() step back before the search start; systemd 252 is observed
+            # (tested against systemd-analyze) to step forward past the gap instead. When
+            # the flag still lands after the start (a gap that is not a whole hour, as in
+            # Pacific/Chatham), systemd keeps it and fires before the gap.
             return 0, -1
         return 0, int(dst)
+
+    def _lands_after(self, tm: Tm, isdst: int) -> bool:
+        # A probe systemd does not make: keep glibc's remembered offset untouched.
+        guess = self.clock.guess
+        probe = self.clock.mktime(tm, isdst)
+        self.clock.guess = guess
+        return probe is not None and probe[0] > self.start
 
     def weekday_ok(self, tm: Tm) -> bool:
         bits = self.spec.weekdays
@@ -109,6 +119,17 @@ class _Walk:
         return out
 
 
+def _forward(clock: LocalClock, tm: Tm, back: tuple[int, Tm, bool]) -> tuple[int, Tm, bool] | None:
+    wall = wall_seconds(tm)
+    if not back[2] or clock.offset(back[0])[0] >= clock.offset(back[0] + 7200)[0]:
+        return back
+    for flag in (1, 0):
+        again = clock.mktime(tm, flag)
+        if again is not None and wall_seconds(again[1]) >= wall:
+            return again
+    return back
+
+
 def _match(bounds: list[tuple[int, int, int]] | None, value: int) -> tuple[int, int]:
     """Return (-1, value) if nothing matches from ``value`` on, else (changed?, new value)."""
     if bounds is None:
@@ -121,13 +142,15 @@ def _match(bounds: list[tuple[int, int, int]] | None, value: int) -> tuple[int, 
 
 def next_elapse(spec: CalendarSpec, clock: LocalClock, after_us: int) -> int | None:
     """Return the first elapse strictly after ``after_us`` (POSIX microseconds), or None."""
-    walk = _Walk(spec, clock)
     start, usec = divmod(after_us + 1, USEC)
+    walk = _Walk(spec, clock, start)
     tm, dst = clock.localtime(start)
     isdst = int(dst)
     clock.guess = -clock.offset(start)[0]
     for _ in range(MAX_ITERATIONS):
         normalized = clock.mktime(tm, isdst)
+        if isdst < 0 and normalized is not None and wall_seconds(normalized[1]) < wall_seconds(tm):
+            normalized = _forward(clock, tm, normalized)
         if normalized is not None:
             tm = normalized[1]
         isdst = -1
