@@ -1,0 +1,180 @@
+"""Regressions of issue 13: calendar timers that disagreed with systemd or died.
+
+Each class of ``calendar-disagreements.md`` has its cases here, named after the problem.
+Where systemd answers, the expected values are systemd 252's (``systemd-analyze
+calendar``); where systemd gives up ("Infinite loop in calendar calculation"), they are
+the true next fires, checked against a brute-force scan of real instants.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from calendar_oracle import brute_next
+
+from celery_cronstore.timers import parse_timer
+from celery_cronstore.timers.__main__ import main
+from celery_cronstore.timers.calendar import CalendarTimer
+
+UTC = timezone.utc
+
+
+def utc(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def fires(expression: str, tz: str | None, after: datetime, count: int) -> list[datetime]:
+    timer = CalendarTimer.parse(expression, tz=tz)
+    out: list[datetime] = []
+    moment = after
+    for _ in range(count):
+        found = timer.next_after(moment)
+        assert found is not None
+        assert found > moment
+        out.append(found)
+        moment = found
+    return out
+
+
+# A1: a seconds list holding 0/1 (every second) prints as "*", like systemd.
+@pytest.mark.parametrize(
+    ("expression", "normalized"),
+    [
+        ("*:*:0/1,15", "*-*-* *:*:*"),
+        ("Mon 12:00:0/1,30", "Mon *-*-* 12:00:*"),
+        ("*-*-* 08:15:5,0/1,59", "*-*-* 08:15:*"),
+        ("*:*:0/1,1..3/2", "*-*-* *:*:*"),
+    ],
+)
+def test_seconds_list_with_every_second_collapses_to_star(expression: str, normalized: str) -> None:
+    timer = CalendarTimer.parse(expression)
+    assert str(timer) == normalized
+    assert CalendarTimer.parse(str(timer)) == timer
+
+
+def test_seconds_list_with_a_fraction_keeps_its_fraction() -> None:
+    # systemd prints "*" here and its own output then loses hh:mm:59.5 (A2): we keep it.
+    timer = CalendarTimer.parse("*:*:0/1,59.5")
+    assert str(timer) == "*-*-* *:*:00/1,59.500000"
+    again = CalendarTimer.parse(str(timer))
+    after = utc("2026-05-01T00:00:59")
+    assert again.next_after(after) == after + timedelta(milliseconds=500)
+
+
+# B: negative DST (winter is "DST" minus one hour): systemd 252 steps forward over the gap.
+@pytest.mark.parametrize(
+    ("expression", "tz", "after", "expected"),
+    [
+        ("daily Europe/Dublin", None, "2026-03-28T12:00:00",
+         ["2026-03-29T00:00:00", "2026-03-29T23:00:00", "2026-03-30T23:00:00"]),
+        ("*:20/30", "Europe/Dublin", "2026-03-29T00:00:00",
+         ["2026-03-29T00:20:00", "2026-03-29T00:50:00", "2026-03-29T01:20:00",
+          "2026-03-29T01:50:00", "2026-03-29T02:20:00"]),
+        ("hourly Africa/Casablanca", None, "2026-03-22T00:30:00",
+         ["2026-03-22T01:00:00", "2026-03-22T02:00:00", "2026-03-22T03:00:00"]),
+        ("hourly", "Africa/El_Aaiun", "2026-03-22T00:30:00",
+         ["2026-03-22T01:00:00", "2026-03-22T02:00:00", "2026-03-22T03:00:00"]),
+        ("*-*-* 00/6:00", "Europe/Dublin", "2026-03-28T20:00:00",
+         ["2026-03-29T00:00:00", "2026-03-29T05:00:00", "2026-03-29T11:00:00"]),
+        ("Mon..Sun 00:00 Europe/Dublin", None, "2026-03-28T12:00:00",
+         ["2026-03-29T00:00:00", "2026-03-29T23:00:00"]),
+        ("hourly", "Europe/Dublin", "2025-03-29T22:00:00",
+         ["2025-03-29T23:00:00", "2025-03-30T00:00:00", "2025-03-30T01:00:00"]),
+    ],
+)  # fmt: skip
+def test_negative_dst_spring_gap_steps_forward(
+    expression: str, tz: str | None, after: str, expected: list[str]
+) -> None:
+    assert fires(expression, tz, utc(after), len(expected)) == [utc(e) for e in expected]
+
+
+# D: Pacific/Chatham jumps 02:45 -> 03:45; fires before the gap are kept, as systemd does.
+@pytest.mark.parametrize(
+    ("expression", "tz", "after", "expected"),
+    [
+        ("*:5/50", "Pacific/Chatham", "2026-09-26T13:05:00",
+         ["2026-09-26T13:10:00", "2026-09-26T13:20:00", "2026-09-26T14:20:00",
+          "2026-09-26T15:10:00"]),
+        ("*-*-* 0..5:5/50", "Pacific/Chatham", "2026-09-26T11:15:00",
+         ["2026-09-26T11:20:00", "2026-09-26T12:10:00", "2026-09-26T12:20:00",
+          "2026-09-26T13:10:00", "2026-09-26T13:20:00", "2026-09-26T14:20:00"]),
+        ("*:7/49 Pacific/Chatham", None, "2026-09-26T13:00:00",
+         ["2026-09-26T13:11:00", "2026-09-26T13:22:00", "2026-09-26T14:22:00",
+          "2026-09-26T15:11:00"]),
+    ],
+)  # fmt: skip
+def test_gap_not_a_whole_hour_keeps_fires_before_the_gap(
+    expression: str, tz: str | None, after: str, expected: list[str]
+) -> None:
+    assert fires(expression, tz, utc(after), len(expected)) == [utc(e) for e in expected]
+
+
+# E: systemd gives up ("Infinite loop in calendar calculation"); we give the true next fire.
+@pytest.mark.parametrize(
+    ("expression", "tz", "after", "count"),
+    [
+        ("*-*-* 1/3:00", "Europe/London", "2026-03-28T10:00:00", 8),
+        ("*-*-* 1/5:00", "Europe/Berlin", "2026-03-27T12:00:00", 10),
+        ("*-*-* 0/7:00", "America/New_York", "2026-03-06T12:00:00", 10),
+        ("*-*-* 1/5:00", "Europe/Dublin", "2026-03-28T21:00:00", 4),
+        ("*-*-* 2/8:00", "Europe/Dublin", "2026-03-27T22:00:00", 5),
+        ("*-*-* 0/2:00", "America/Santiago", "2026-09-06T03:10:00", 4),
+        ("*-*-* 02:45", "Pacific/Chatham", "2026-09-26T13:10:00", 2),
+    ],
+)
+def test_where_systemd_gives_up_we_fire_at_the_true_next_instant(
+    expression: str, tz: str, after: str, count: int
+) -> None:
+    timer = CalendarTimer.parse(expression, tz=tz)
+    moment = utc(after)
+    for _ in range(count):
+        found = timer.next_after(moment)
+        assert found is not None
+        assert found == brute_next(timer, moment, timedelta(days=3))
+        moment = found
+
+
+def test_every_five_months_in_berlin_does_not_die_in_november() -> None:
+    # systemd gives up after 2026-11-01; the task would stop firing for good.
+    found = fires("*-1/5-01", "Europe/Berlin", utc("2025-12-31T23:00:00"), 4)
+    assert found == [
+        utc("2026-05-31T22:00:00"),  # 2026-06-01 00:00 CEST
+        utc("2026-10-31T23:00:00"),  # 2026-11-01 00:00 CET
+        utc("2026-12-31T23:00:00"),  # 2027-01-01 00:00 CET
+        utc("2027-05-31T22:00:00"),  # 2027-06-01 00:00 CEST
+    ]
+
+
+def test_london_every_three_hours_keeps_firing_after_the_spring_change() -> None:
+    found = fires("*-*-* 1/3:00", "Europe/London", utc("2026-03-28T22:00:00"), 2)
+    # 01:00 GMT does not happen on the 29th; 04:00 BST does.
+    assert found == [utc("2026-03-29T03:00:00"), utc("2026-03-29T06:00:00")]
+
+
+# 7: the timer CLI shows local times in the zone the expression names.
+def test_timer_cli_shows_local_times_in_the_expressions_zone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = main(
+        ["daily Europe/Dublin", "--kind", "calendar", "-n", "2", "--after", "2026-03-28T12:00Z"]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert status == 0
+    assert lines[-2].startswith("  2026-03-29 00:00:00 GMT +0000")
+    assert lines[-1].startswith("  2026-03-30 00:00:00 IST +0100")
+    assert lines[-1].endswith("2026-03-29T23:00:00Z")
+
+
+# 8: a date-only interval origin on a day whose midnight does not exist.
+def test_interval_origin_on_a_day_without_midnight_is_the_start_of_that_day() -> None:
+    timer = parse_timer("every 1d from 2026-09-06", tz="America/Santiago")
+    # 2026-09-06 starts at 01:00 -03 (clocks jump from 24:00 -04 to 01:00 -03).
+    assert str(timer) == "every 1d from 2026-09-06T04:00:00Z"
+    assert parse_timer(str(timer), tz="America/Santiago") == timer
+
+
+def test_interval_origin_on_a_day_whose_midnight_repeats_is_its_first_midnight() -> None:
+    # Santiago 2026-04-05: 24:00 -03 becomes 23:00 -04, so 00:00 happens once, at -04.
+    timer = parse_timer("every 1d from 2026-04-05", tz="America/Santiago")
+    assert str(timer) == "every 1d from 2026-04-05T04:00:00Z"
