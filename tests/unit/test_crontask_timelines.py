@@ -1,18 +1,11 @@
 """The four Nuntium timelines (seeds/000): the early-drop rule and the interval/2 time box.
 
-Task A has a 1 minute interval timer whose grid starts at 00:30; beat ("cron") looks every
-30 seconds. Each table row is one event at MM:SS after the start, followed by the
-``(nextRun, lastRun)`` pair the seed expects right after it. The events are played with a
-FrozenClock against an in-memory store: "Cron" rows are ``Claimer.claim_due()``, task rows
-run the real ``CronTask`` (eagerly, in a thread so that a run can span several rows).
-The tolerance is the default ``cronstore_tolerance`` (5 s): the tables need one of at
-least 3 s (01:32 - 00:35 = 57 s must run) and under 28 s (02:03 - 01:35 must drop).
-
-Seed erratum, marked ``*``: in three "begins execution" rows the seed prints the lastRun
-the run was *checked against* (the previous value), although its own rule ("last run time
-is set when the task starts") and its other rows (00:35, 01:35, 02:56) show the new one.
-For those rows we assert both: the guard compared against the printed value, and the store
-now holds the start time.
+The tables are in ``tests/nuntium.py`` (test_policy_timelines.py plays them through the
+pure rules). Here they are played with a FrozenClock against an in-memory store: "Cron"
+rows are ``Claimer.claim_due()``, task rows run the real ``CronTask`` (eagerly, in a thread
+so that a run can span several rows) with the default ``cronstore_tolerance`` (5 s).
+For the seed's erratum rows (``*``) we assert both: the guard compared against the printed
+lastRun, and the store now holds the start time.
 """
 
 from __future__ import annotations
@@ -21,70 +14,18 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
+from nuntium import CONGESTED, DROPPED, FORCED, STANDARD, TIMER, mmss, rows
+from timeline import T0
 
 from celery_cronstore import task as task_module
 from celery_cronstore.store import Claim, Claimer, Store, runs
 from celery_cronstore.task import CronTask, use_store
 from celery_cronstore.testing import FrozenClock, memory_store
-
-T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=timezone.utc)
-TIMER = "every 1m from 2026-01-05T12:00:30Z"
-
-STANDARD = """
-00:00 | Initial state | 00:30 | -
-00:30 | Cron enqueues A1 | 01:30 | -
-00:35 | A1 begins execution | 01:30 | 00:35
-00:45 | A1 ends execution | 01:30 | 00:35
-01:00 | Cron executes | 01:30 | 00:35
-01:30 | Cron enqueues A2 | 02:30 | 00:35
-01:32 | A2 begins execution | 02:30 | 00:35*
-"""
-
-CONGESTED = """
-00:00 | Initial state | 00:30 | -
-00:30 | Cron enqueues A1 | 01:30 | -
-01:00 | Cron executes | 01:30 | -
-01:30 | Cron enqueues A2 | 02:30 | -
-01:35 | A1 begins execution | 02:30 | 01:35
-01:38 | A1 ends execution | 02:30 | 01:35
-02:00 | Cron executes | 02:30 | 01:35
-02:30 | Cron enqueues A3 | 03:30 | 01:35
-02:37 | A2 begins execution | 03:30 | 01:35*
-"""
-
-DROPPED = """
-00:00 | Initial state | 00:30 | -
-00:30 | Cron enqueues A1 | 01:30 | -
-01:00 | Cron executes | 01:30 | -
-01:30 | Cron enqueues A2 | 02:30 | -
-01:35 | A1 begins execution | 02:30 | 01:35
-01:38 | A1 ends execution | 02:30 | 01:35
-02:00 | Cron executes | 02:30 | 01:35
-02:03 | A2 is dropped | 02:30 | 01:35
-02:30 | Cron enqueues A3 | 03:30 | 01:35
-02:56 | A3 executes | 03:30 | 02:56
-"""
-
-FORCED = """
-00:00 | Initial state | 00:30 | -
-00:30 | Cron enqueues A1 | 01:30 | -
-00:35 | A1 begins execution | 01:30 | 00:35
-01:00 | Cron executes | 01:30 | 00:35
-01:05 | A1 forced to end | 01:30 | 00:35
-01:30 | Cron enqueues A2 | 02:30 | 00:35
-01:32 | A2 begins execution | 02:30 | 00:35*
-"""
-
-
-def mmss(text: str) -> datetime:
-    minutes, seconds = text.split(":")
-    return T0 + timedelta(minutes=int(minutes), seconds=int(seconds))
 
 
 @dataclass
@@ -128,8 +69,7 @@ class Timeline:
         self.task = task_a
 
     def play(self, table: str, *, force: str = "force") -> None:
-        for line in table.strip().splitlines():
-            when, event, next_run, last_run = (part.strip() for part in line.split("|"))
+        for when, event, next_run, last_run in rows(table):
             self.clock.set(mmss(when))
             self.event(event, force=force)
             self.expect(when, event, next_run, last_run)

@@ -1,0 +1,457 @@
+"""What happens to the fires of a due task, as tables: no database, no clock, no Celery.
+
+The task records are built directly and every instant is an argument, so each row of a
+table is the whole story: the misfire choice, the backlog walk, the deterministic task
+id and :func:`~celery_cronstore.policy.plan` (what beat writes and publishes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from timeline import T0, at
+
+from celery_cronstore import policy
+from celery_cronstore.policy import BACKLOG_CAP, Entry, Plan, Running, backlog, choose, plan
+from celery_cronstore.records import EPOCH, Claim, PeriodicTask
+from celery_cronstore.timers import Timer, parse_timer
+
+NODE = "beat-1"
+LEASE = timedelta(seconds=30)
+GRACE = timedelta(seconds=30)
+MINUTE = timedelta(minutes=1)
+#: Grid points of ``every 1m``: T0, T0 + 1m, ... (the grid starts at the epoch).
+EVERY_MINUTE = parse_timer("every 1m")
+
+
+def minutes(n: float) -> datetime:
+    """Return the instant ``n`` minutes after T0."""
+    return T0 + n * MINUTE
+
+
+def make_task(**changes: Any) -> PeriodicTask:
+    """Return a due ``every 1m`` task (next run T0) with the store's defaults, changed."""
+    task = PeriodicTask(
+        id=7,
+        name="A",
+        task="app.a",
+        args=[1],
+        kwargs={"k": "v"},
+        options={"queue": "q"},
+        timer_kind="interval",
+        timer="every 1m",
+        tz="UTC",
+        enabled=True,
+        owner_type=None,
+        owner_id=None,
+        description="",
+        source="api",
+        next_run=T0,
+        last_fire=None,
+        last_run=None,
+        total_run_count=0,
+        misfire_policy="run_once",
+        misfire_limit=100,
+        start_deadline=None,
+        overlap_policy="allow",
+        tolerance=None,
+        max_retries=0,
+        resume_state=None,
+        error=None,
+        version=1,
+        created_at=T0 - timedelta(days=1),
+        updated_at=T0 - timedelta(days=1),
+    )
+    return dataclasses.replace(task, **changes)
+
+
+def never_called() -> Running | None:
+    raise AssertionError("running() was called although the plan does not need it")
+
+
+def idle() -> Running | None:
+    return None
+
+
+def run_plan(
+    task: PeriodicTask,
+    now: datetime,
+    running: Callable[[], Running | None] = never_called,
+    timer: Timer = EVERY_MINUTE,
+) -> Plan:
+    return plan(task, timer, now, running, node=NODE, lease=LEASE, grace=GRACE)
+
+
+def states(result: Plan) -> list[tuple[str, datetime]]:
+    return [(entry.state, entry.fire_time) for entry in result.entries]
+
+
+# -- the misfire choice ---------------------------------------------------------------------
+
+THREE = [minutes(0), minutes(1), minutes(2)]
+
+
+@pytest.mark.parametrize(
+    ("policy_name", "times", "now", "grace", "limit", "expected"),
+    [
+        # run_once: the newest, however late.
+        ("run_once", THREE, minutes(2), GRACE, 100, [minutes(2)]),
+        ("run_once", THREE, minutes(500), GRACE, 100, [minutes(2)]),
+        ("run_once", [T0], T0, GRACE, 1, [T0]),
+        # run_all: the last ``limit`` (all of them when fewer).
+        ("run_all", THREE, minutes(2), GRACE, 100, THREE),
+        ("run_all", THREE, minutes(2), GRACE, 3, THREE),
+        ("run_all", THREE, minutes(2), GRACE, 2, [minutes(1), minutes(2)]),
+        ("run_all", THREE, minutes(2), GRACE, 1, [minutes(2)]),
+        # skip: the newest only while it is at most ``grace`` late.
+        ("skip", THREE, minutes(2), GRACE, 100, [minutes(2)]),
+        ("skip", THREE, minutes(2) + GRACE, GRACE, 100, [minutes(2)]),
+        ("skip", THREE, minutes(2) + GRACE + timedelta(microseconds=1), GRACE, 100, []),
+        ("skip", THREE, minutes(10), GRACE, 100, []),
+        ("skip", [T0], at(5), timedelta(0), 1, []),
+        ("skip", [T0], T0, timedelta(0), 1, [T0]),
+    ],
+)
+def test_misfire_choice(
+    policy_name: str,
+    times: list[datetime],
+    now: datetime,
+    grace: timedelta,
+    limit: int,
+    expected: list[datetime],
+) -> None:
+    assert choose(policy_name, times, now, grace, limit) == expected
+
+
+# -- the backlog walk -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "now", "keep", "count", "tail"),
+    [
+        (T0, T0, 3, 1, [T0]),  # on time: only the due point
+        (T0, at(59), 3, 1, [T0]),  # the next point is not due yet
+        (T0, minutes(1), 3, 2, [T0, minutes(1)]),  # ``now`` itself is due
+        (T0, minutes(2) + GRACE, 3, 3, THREE),
+        (T0, minutes(9), 3, 10, [minutes(7), minutes(8), minutes(9)]),
+        (T0, minutes(9), 1, 10, [minutes(9)]),
+    ],
+)
+def test_backlog_counts_and_keeps_the_tail(
+    first: datetime, now: datetime, keep: int, count: int, tail: list[datetime]
+) -> None:
+    walk = backlog(EVERY_MINUTE, first, now, keep=keep)
+    assert (walk.first, walk.count, walk.tail, walk.capped) == (first, count, tail, False)
+
+
+def test_backlog_is_capped() -> None:
+    every_second = parse_timer("every 1s")
+    first = T0 - timedelta(seconds=2 * BACKLOG_CAP)
+    walk = backlog(every_second, first, T0, keep=2)
+    assert walk.count == BACKLOG_CAP
+    assert walk.capped
+    # The walk stopped at the cap: the tail is the last point it reached, not ``now``.
+    last = first + timedelta(seconds=BACKLOG_CAP - 1)
+    assert walk.tail == [last - timedelta(seconds=1), last]
+
+
+def test_backlog_of_a_timer_without_further_fires() -> None:
+    once = parse_timer("2026-01-05T12:00:00Z")
+    walk = backlog(once, T0, minutes(90), keep=3)
+    assert (walk.first, walk.tail, walk.count, walk.capped) == (T0, [T0], 1, False)
+
+
+# -- task ids -------------------------------------------------------------------------------
+
+
+def test_fire_task_id_is_deterministic() -> None:
+    first = policy.fire_task_id(7, "A", T0)
+    assert first == policy.fire_task_id(7, "A", T0)
+    # Pinned: ids are in ledgers and on brokers; a new release must compute the same ones.
+    assert first == "54b2da43-8676-5cca-8275-e307d6a77d79"
+    assert uuid.UUID(first).version == 5
+    others = {
+        policy.fire_task_id(8, "A", T0),
+        policy.fire_task_id(7, "B", T0),
+        policy.fire_task_id(7, "A", at(1)),
+    }
+    assert first not in others
+    assert len(others) == 3
+
+
+@pytest.mark.parametrize(
+    ("expression", "when", "expected"),
+    [
+        ("every 1m", T0, 60.0),
+        ("every 1h30m", T0, 5400.0),
+        ("2026-01-05T12:00:00Z", T0, None),  # a one-off has no next fire
+    ],
+)
+def test_interval_after(expression: str, when: datetime, expected: float | None) -> None:
+    assert policy.interval_after(parse_timer(expression), when) == expected
+    assert policy.interval_after(None, when) is None
+
+
+# -- plan: rows without a plan --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "now", "next_run"),
+    [
+        ({"next_run": None}, at(10), minutes(1)),
+        ({"next_run": EPOCH}, at(10), minutes(1)),
+        ({"next_run": None}, T0, minutes(1)),  # strictly after now
+        # A one-off instant that passed unfired is planned as is (the misfire policy decides).
+        (
+            {"next_run": None, "timer_kind": "once", "timer": "2026-01-05T11:00:00Z"},
+            T0,
+            T0 - timedelta(hours=1),
+        ),
+        # ... unless it already fired.
+        (
+            {
+                "next_run": EPOCH,
+                "timer_kind": "once",
+                "timer": "2026-01-05T11:00:00Z",
+                "last_fire": T0 - timedelta(hours=1),
+            },
+            T0,
+            None,
+        ),
+    ],
+)
+def test_a_row_without_a_plan_is_only_planned(
+    changes: dict[str, Any], now: datetime, next_run: datetime | None
+) -> None:
+    task = make_task(overlap_policy="skip", **changes)
+    result = run_plan(task, now, never_called, policy.timer_of(task))
+    assert result == Plan(policy.RowUpdate(next_run=next_run))
+
+
+# -- plan: due rows -------------------------------------------------------------------------
+
+
+def test_an_on_time_fire_is_claimed() -> None:
+    task = make_task(start_deadline=10.0)
+    result = run_plan(task, T0)
+    task_id = policy.fire_task_id(7, "A", T0)
+    assert result.entries == [
+        Entry(
+            periodic_task_id=7,
+            fire_time=T0,
+            task_id=task_id,
+            state="claimed",
+            claimed_by=NODE,
+            lease_until=T0 + LEASE,
+            claimed_at=T0,
+        )
+    ]
+    assert result.claims == [
+        Claim(
+            periodic_task_id=7,
+            name="A",
+            task="app.a",
+            args=[1],
+            kwargs={"k": "v"},
+            options={"queue": "q"},
+            fire_time=T0,
+            task_id=task_id,
+            attempt=1,
+            expires=at(10),
+            interval=60.0,
+        )
+    ]
+    assert result.update == policy.RowUpdate(next_run=minutes(1), last_fire=T0, runs=1)
+
+
+@pytest.mark.parametrize(
+    ("policy_name", "limit", "now", "entries", "runs"),
+    [
+        (
+            "run_once",
+            100,
+            minutes(2) + GRACE,
+            [("missed", minutes(0), minutes(1), 2), ("claimed", minutes(2), None, 1)],
+            1,
+        ),
+        (
+            "run_all",
+            100,
+            minutes(2) + GRACE,
+            [("claimed", t, None, 1) for t in THREE],
+            3,
+        ),
+        (
+            "run_all",
+            2,
+            minutes(2) + GRACE,
+            [
+                ("missed", minutes(0), None, 1),
+                ("claimed", minutes(1), None, 1),
+                ("claimed", minutes(2), None, 1),
+            ],
+            2,
+        ),
+        (
+            "run_all",
+            0,  # a limit below one still sends the newest
+            minutes(2),
+            [("missed", minutes(0), minutes(1), 2), ("claimed", minutes(2), None, 1)],
+            1,
+        ),
+        (
+            "skip",
+            100,
+            minutes(2) + GRACE,
+            [("missed", minutes(0), minutes(1), 2), ("claimed", minutes(2), None, 1)],
+            1,
+        ),
+        (
+            "skip",
+            100,
+            minutes(2) + GRACE + timedelta(seconds=1),
+            [("missed", minutes(0), minutes(2), 3)],
+            0,
+        ),
+        ("skip", 100, at(31), [("missed", T0, None, 1)], 0),
+    ],
+)
+def test_a_late_row_follows_its_misfire_policy(
+    policy_name: str,
+    limit: int,
+    now: datetime,
+    entries: list[tuple[str, datetime, datetime | None, int]],
+    runs: int,
+) -> None:
+    task = make_task(misfire_policy=policy_name, misfire_limit=limit)
+    result = run_plan(task, now)
+    assert [(e.state, e.fire_time, e.fire_until, e.fire_count) for e in result.entries] == entries
+    claimed = [e.fire_time for e in result.entries if e.state == "claimed"]
+    assert [c.fire_time for c in result.claims] == claimed
+    assert [c.task_id for c in result.claims] == [policy.fire_task_id(7, "A", t) for t in claimed]
+    # last_fire: the newest grid point walked, sent or not.
+    newest = max(e.fire_until or e.fire_time for e in result.entries)
+    assert result.update == policy.RowUpdate(
+        next_run=EVERY_MINUTE.next_after(now), last_fire=newest, runs=runs
+    )
+    for missed in (e for e in result.entries if e.state == "missed"):
+        assert missed.task_id == policy.fire_task_id(7, "A", missed.fire_time)
+        assert (missed.claimed_by, missed.attempts, missed.lease_until) == (NODE, 0, None)
+        last = missed.fire_until or missed.fire_time
+        assert missed.reason == (
+            f"{missed.fire_count} fire(s) from {missed.fire_time.isoformat()} to "
+            f"{last.isoformat()} not published: beat was not running or fell behind "
+            f"(misfire policy {policy_name})"
+        )
+
+
+def test_a_capped_backlog_is_reported_as_a_lower_bound() -> None:
+    task = make_task(timer="every 1s", next_run=T0 - timedelta(days=3))
+    result = run_plan(task, T0, timer=parse_timer("every 1s"))
+    (missed, claimed) = result.entries
+    assert (missed.state, missed.fire_count) == ("missed", BACKLOG_CAP - 1)
+    assert missed.reason is not None
+    assert missed.reason.startswith(f"at least {BACKLOG_CAP - 1} fire(s) from ")
+    assert claimed.state == "claimed"
+
+
+@pytest.mark.parametrize(
+    ("deadline", "now", "state", "reason"),
+    [
+        (10.0, at(10), "claimed", None),  # exactly at the deadline: still sent
+        (
+            10.0,
+            at(10.5),
+            "expired",
+            "not published: 10.5s late, past the starting deadline of 10s",
+        ),
+        (
+            0.25,
+            at(20),
+            "expired",
+            "not published: 20.0s late, past the starting deadline of 0.25s",
+        ),
+        (None, at(29), "claimed", None),
+    ],
+)
+def test_a_fire_past_its_starting_deadline_expires(
+    deadline: float | None, now: datetime, state: str, reason: str | None
+) -> None:
+    result = run_plan(make_task(start_deadline=deadline), now)
+    (entry,) = result.entries
+    assert (entry.state, entry.fire_time, entry.reason) == (state, T0, reason)
+    assert len(result.claims) == (state == "claimed")
+    assert result.update.runs == len(result.claims)
+    if state == "expired":
+        # Recorded as this node's, like a claim, so the ledger says who refused it.
+        assert (entry.claimed_by, entry.lease_until, entry.claimed_at) == (NODE, now + LEASE, now)
+
+
+def test_overlap_skip_holds_back_a_fire_while_another_is_in_flight() -> None:
+    calls: list[str] = []
+
+    def busy() -> Running | None:
+        calls.append("running")
+        return (T0 - MINUTE, "started")
+
+    result = run_plan(make_task(overlap_policy="skip"), at(1), busy)
+    assert calls == ["running"]
+    assert states(result) == [("skipped", T0)]
+    (entry,) = result.entries
+    assert entry.reason == (
+        "not published: fire 2026-01-05T11:59:00+00:00 is still started (overlap policy skip)"
+    )
+    assert entry.task_id == policy.fire_task_id(7, "A", T0)
+    assert result.claims == []
+    assert result.update == policy.RowUpdate(next_run=minutes(1), last_fire=T0, runs=0)
+
+
+def test_overlap_skip_sends_when_nothing_is_in_flight() -> None:
+    result = run_plan(make_task(overlap_policy="skip"), at(1), idle)
+    assert states(result) == [("claimed", T0)]
+    assert len(result.claims) == 1
+
+
+def test_overlap_skip_records_missed_fires_and_skips_every_pick() -> None:
+    task = make_task(overlap_policy="skip", misfire_policy="run_all", misfire_limit=2)
+    result = run_plan(task, minutes(2), lambda: (T0 - MINUTE, "claimed"))
+    assert states(result) == [
+        ("missed", minutes(0)),
+        ("skipped", minutes(1)),
+        ("skipped", minutes(2)),
+    ]
+    assert result.claims == []
+
+
+def test_the_starting_deadline_wins_over_overlap() -> None:
+    task = make_task(overlap_policy="skip", start_deadline=1.0)
+    result = run_plan(task, at(5), lambda: (T0 - MINUTE, "started"))
+    assert states(result) == [("expired", T0)]
+
+
+@pytest.mark.parametrize("misfire_policy", ["run_once", "run_all", "skip"])
+def test_overlap_allow_never_asks_what_is_running(misfire_policy: str) -> None:
+    task = make_task(overlap_policy="allow", misfire_policy=misfire_policy)
+    result = run_plan(task, minutes(3), never_called)
+    assert result.claims  # (under skip the newest, 0 s late, is still sent)
+
+
+def test_a_one_off_fire_has_no_interval_and_no_next_run() -> None:
+    task = make_task(timer_kind="once", timer="2026-01-05T12:00:00Z")
+    result = run_plan(task, at(3), timer=policy.timer_of(task))
+    (claim,) = result.claims
+    assert (claim.fire_time, claim.interval, claim.expires) == (T0, None, None)
+    assert result.update == policy.RowUpdate(next_run=None, last_fire=T0, runs=1)
+
+
+def test_timer_of_reads_the_row_and_is_memoized() -> None:
+    task = make_task(timer_kind="cron", timer="*/5 * * * *", tz="Europe/Berlin")
+    timer = policy.timer_of(task)
+    assert timer == parse_timer("*/5 * * * *", kind="cron", tz="Europe/Berlin")
+    assert policy.timer_of(dataclasses.replace(task, id=8)) is timer
+    assert timer.next_after(T0) == minutes(5)
