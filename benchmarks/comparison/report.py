@@ -1,0 +1,209 @@
+"""The results: the environment they were measured in, their Markdown tables, their plots."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import Subject
+
+UTC = timezone.utc
+
+
+def environment(opts: argparse.Namespace, subjects: Sequence[Subject]) -> dict[str, Any]:
+    """Return the date, the machine, the versions of everything measured and the servers'."""
+    from importlib.metadata import version
+
+    import redis
+    import sqlalchemy as sa
+
+    info: dict[str, Any] = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "celery": version("celery"),
+        "kombu": version("kombu"),
+        "SQLAlchemy": version("SQLAlchemy"),
+        "Django": version("Django"),
+        "redis-py": version("redis"),
+        "psycopg": version("psycopg"),
+    }
+    for subject in subjects:
+        info[subject.distribution] = version(subject.distribution)
+    engine = sa.create_engine(opts.pg_admin)
+    with engine.connect() as conn:
+        info["PostgreSQL"] = str(conn.exec_driver_sql("SHOW server_version").scalar_one()).split()[
+            0
+        ]
+    engine.dispose()
+    client = redis.Redis.from_url(opts.redis)
+    info["Redis"] = client.info("server")["redis_version"]
+    client.close()
+    return info
+
+
+def fmt(value: Any, spec: str, missing: str = "-") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def tables(data: dict[str, Any], subjects: Sequence[Subject]) -> str:
+    """Return one Markdown table per scheduler of ``data["results"]``."""
+    from _common import table  # benchmarks/ is on the path: compare.py runs
+
+    headers = (
+        "N tasks",
+        "fill s",
+        "startup s",
+        "idle tick median / p95 ms",
+        "idle tick CPU ms",
+        "RSS MB idle / peak",
+        "K due",
+        "dispatch s (ticks)",
+        "close s",
+        "status",
+    )
+    parts = []
+    for subject in subjects:
+        rows = []
+        for p in data["results"]:
+            if p["scheduler"] != subject.key:
+                continue
+            dispatch = p.get("dispatch_s")
+            rows.append(
+                [
+                    f"{p['n']:,}",
+                    fmt(p.get("fill_s"), ".1f"),
+                    fmt(p.get("startup_s"), ".3f"),
+                    f"{fmt(p.get('idle_median_ms'), '.2f')} / {fmt(p.get('idle_p95_ms'), '.2f')}",
+                    fmt(p.get("idle_cpu_median_ms"), ".2f"),
+                    f"{fmt(p.get('rss_idle_mb'), '.0f')} / {fmt(p.get('peak_rss_mb'), '.0f')}",
+                    fmt(p.get("due"), ",d"),
+                    (
+                        f"{dispatch:.2f} ({p['dispatch_ticks']:,})"
+                        if dispatch is not None
+                        else f"{fmt(p.get('sent'), ',d', '?')} sent"
+                    ),
+                    fmt(p.get("close_s"), ".2f"),
+                    p.get("status", "?") + (f": {p['reason']}" if p.get("reason") else ""),
+                ]
+            )
+        if rows:
+            parts.append(f"### {subject.label}\n\n{table(headers, rows)}")
+    return "\n\n".join(parts)
+
+
+def plots(data: dict[str, Any], folder: str, subjects: Sequence[Subject]) -> list[str]:
+    """Draw the four comparison plots into ``folder``; return their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(folder, exist_ok=True)
+    env = data["environment"]
+    note = (
+        f"PostgreSQL {env['PostgreSQL']} / Redis {env['Redis']}, {env['cpus']} CPUs, {env['date']}"
+    )
+
+    def series(key: str, field: str) -> tuple[list[int], list[float]]:
+        xs, ys = [], []
+        for p in data["results"]:
+            if p["scheduler"] == key and p.get(field) is not None:
+                xs.append(p["n"])
+                ys.append(p[field])
+        return xs, ys
+
+    def draw(
+        name: str,
+        title: str,
+        ylabel: str,
+        field: str,
+        scale: Callable[[float], float] = lambda v: v,
+        dashed: str | None = None,
+        partial: bool = False,
+    ) -> str:
+        fig, ax = plt.subplots(figsize=(8, 5.6), dpi=110)
+        for subject in subjects:
+            key, color, marker, label = subject.key, subject.color, subject.marker, subject.label
+            stopped = [
+                p["n"] for p in data["results"] if p["scheduler"] == key and p.get("status") != "ok"
+            ]
+            if stopped:
+                label += f" (series stopped: N={stopped[0]:,} over budget)"
+            xs, ys = series(key, field)
+            if xs:
+                ax.plot(xs, [scale(y) for y in ys], color=color, marker=marker, label=label)
+            if dashed:
+                xs, ys = series(key, dashed)
+                if xs:
+                    ax.plot(xs, [scale(y) for y in ys], color=color, linestyle="--", alpha=0.6)
+            for p in data["results"] if partial else ():
+                # An unfinished dispatch: a hollow marker at the time spent, a lower bound.
+                if p["scheduler"] != key or p.get("dispatch_s") is not None:
+                    continue
+                if p.get("dispatch_elapsed_s") is None:
+                    continue
+                ax.plot(
+                    [p["n"]],
+                    [p["dispatch_elapsed_s"]],
+                    marker=marker,
+                    color=color,
+                    markerfacecolor="white",
+                    linestyle="none",
+                )
+                ax.annotate(
+                    f"> {p['dispatch_elapsed_s']:.0f} s\n({p['sent']:,} of {p['due']:,} sent)",
+                    (p["n"], p["dispatch_elapsed_s"]),
+                    textcoords="offset points",
+                    xytext=(8, -4 if key == "django" else -26),
+                    fontsize=8,
+                    color=color,
+                )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("periodic tasks stored (N)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="major", alpha=0.4)
+        ax.grid(True, which="minor", alpha=0.12)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8.5)
+        fig.text(0.99, 0.01, note, ha="right", va="bottom", fontsize=7, color="gray")
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        path = os.path.join(folder, name)
+        fig.savefig(path, bbox_inches="tight")  # the legend sits below the axes
+        plt.close(fig)
+        return path
+
+    return [
+        draw(
+            "compare-tick.png",
+            "Idle tick (nothing due): median time of one tick()",
+            "ms per tick (log)",
+            "idle_median_ms",
+        ),
+        draw(
+            "compare-rss.png",
+            "Beat process memory (solid: after startup + idle ticks; dashed: peak)",
+            "RSS, MB (log)",
+            "rss_idle_mb",
+            dashed="peak_rss_mb",
+        ),
+        draw(
+            "compare-dispatch.png",
+            "Sending K = min(N, 1000) tasks made due at once",
+            "seconds until all K are sent (log)",
+            "dispatch_s",
+            partial=True,
+        ),
+        draw(
+            "compare-startup.png",
+            "Startup: scheduler construction + first tick()",
+            "seconds (log)",
+            "startup_s",
+        ),
+    ]
