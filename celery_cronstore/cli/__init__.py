@@ -6,9 +6,12 @@ Celery finds the group through the ``celery.commands`` entry point;
 
 from __future__ import annotations
 
-from celery_cronstore.cli import ops as _ops  # noqa: F401  (registers its commands)
-from celery_cronstore.cli import web as _web  # noqa: F401  (registers `web`)
-from celery_cronstore.cli.commands import cronstore
+# Each command module registers its commands on the group when imported.
+from celery_cronstore.cli import deployment as _deployment  # noqa: F401  (migrate, health)
+from celery_cronstore.cli import fires as _fires  # noqa: F401  (validate, next, history, run-now)
+from celery_cronstore.cli import tasks as _tasks  # noqa: F401  (list, show, add, edit, ...)
+from celery_cronstore.cli import web as _web  # noqa: F401  (web)
+from celery_cronstore.cli.group import cronstore
 
 __all__ = ["cronstore", "main"]
 

@@ -9,7 +9,7 @@ import secrets
 import click
 
 from celery_cronstore.cli.base import BadInputError, Command, get_app, get_settings, get_store
-from celery_cronstore.cli.commands import cronstore
+from celery_cronstore.cli.group import cronstore
 
 __all__ = ["web"]
 

@@ -1,4 +1,5 @@
-"""Commands about time and operations: validate, next, history, run-now, migrate, health."""
+"""The commands about fires: when a timer or a task fires next (validate, next), what its
+fires did (history), and one extra fire now (run-now)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from datetime import datetime, timezone
 import click
 
 from celery_cronstore.cli.base import (
-    EXIT_FAILED,
-    BadInputError,
     Command,
     CommandError,
     emit_json,
@@ -21,17 +20,16 @@ from celery_cronstore.cli.base import (
     get_store,
     table,
 )
-from celery_cronstore.cli.commands import cronstore
+from celery_cronstore.cli.group import cronstore
 from celery_cronstore.config import Config
 from celery_cronstore.policy import allowed
 from celery_cronstore.store import Claimer
-from celery_cronstore.store.migrate import head_revision
 from celery_cronstore.timers import KINDS, parse_timer
 from celery_cronstore.timers import __main__ as timer_cli
 from celery_cronstore.timers.base import resolve_zone
 from celery_cronstore.timers.once import format_instant, parse_instant
 
-__all__ = ["health", "history", "migrate", "next_", "run_now", "validate"]
+__all__ = ["history", "next_", "run_now", "validate"]
 
 
 @cronstore.command(cls=Command)
@@ -171,73 +169,3 @@ def run_now(ctx: click.Context, name: str) -> None:
     else:
         fired = fmt_time(claim.fire_time, get_settings(ctx).zone)
         click.echo(f"sent {name} ({claim.task}) as task id {claim.task_id}, fire time {fired}")
-
-
-@cronstore.command(cls=Command)
-@click.pass_context
-def migrate(ctx: click.Context) -> None:
-    """Create or upgrade the cronstore tables to this release's schema."""
-    store = get_store(ctx, check=False)
-    store.upgrade()
-    store.check_schema()
-    if get_settings(ctx).as_json:
-        emit_json({"url": store.url, "revision": head_revision()})
-    else:
-        click.echo(f"{store.url}: schema at revision {head_revision()}")
-
-
-@cronstore.command(cls=Command)
-@click.option(
-    "--max-age",
-    type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
-    show_default=True,
-    help="Healthy only if some beat ticked within this many seconds.",
-)
-@click.option("--host", help="Only beats running on this host (node names start HOST:).")
-@click.option(
-    "--this-host",
-    is_flag=True,
-    help="Only beats on the host running this command (a per-pod liveness probe).",
-)
-@click.pass_context
-def health(ctx: click.Context, max_age: float, host: str | None, this_host: bool) -> None:
-    """Exit 0 if a beat ticked within --max-age seconds, 1 otherwise (liveness probe)."""
-    if host is not None and this_host:
-        raise BadInputError("give --host or --this-host, not both")
-    if this_host:
-        host = socket.gethostname()
-    store = get_store(ctx)
-    beats = store.beats()
-    if host is not None:
-        beats = [b for b in beats if b[0].startswith(f"{host}:")]
-    now = store.now()
-    newest = beats[0] if beats else None
-    age = (now - newest[2]).total_seconds() if newest else None
-    healthy = age is not None and age <= max_age
-    where = f" on host {host}" if host is not None else ""
-    if newest is None:
-        reason = f"unhealthy: no beat{where} has ever ticked in {store.url}"
-    elif healthy:
-        reason = f"healthy: beat {newest[0]} ticked {age:.1f}s ago (max {max_age:g}s)"
-    else:
-        reason = (
-            f"unhealthy: newest beat tick was {age:.1f}s ago (max {max_age:g}s), "
-            f"by {newest[0]} at {format_instant(newest[2])}"
-        )
-    if get_settings(ctx).as_json:
-        emit_json(
-            {
-                "healthy": healthy,
-                "reason": reason,
-                "now": now,
-                "max_age": max_age,
-                "beats": [{"node": n, "started_at": s, "last_tick": t} for n, s, t in beats],
-            }
-        )
-        if not healthy:
-            ctx.exit(EXIT_FAILED)
-    elif healthy:
-        click.echo(reason)
-    else:
-        raise CommandError(reason)

@@ -1,4 +1,5 @@
-"""The ``celery -A app cronstore`` command group and its commands (see ``docs/cli.md``)."""
+"""The commands that define periodic tasks: list, show, add, edit, remove, enable, disable,
+remove-owned-by (see ``docs/cli.md``)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,12 @@ from celery_cronstore.cli.base import (
     table,
     to_json,
 )
-from celery_cronstore.errors import TimerSyntaxError
+from celery_cronstore.cli.group import cronstore
 from celery_cronstore.records import MISFIRE_POLICIES, OVERLAP_POLICIES
 from celery_cronstore.store import PeriodicTask
 from celery_cronstore.timers import KINDS
-from celery_cronstore.timers.base import resolve_zone
 
-__all__ = ["cronstore"]
+__all__ = ["add", "disable", "edit", "enable", "list_", "remove", "remove_owned_by", "show"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -119,30 +119,6 @@ def _changes(values: dict[str, Any]) -> dict[str, Any]:
         for key, value in values.items()
         if value is not None and key not in skip
     }
-
-
-# -- the group ------------------------------------------------------------------------------
-
-
-@click.group(name="cronstore")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-@click.option(
-    "--tz",
-    "--display-tz",
-    "display_tz",
-    metavar="ZONE",
-    help="Show times in this zone (default: UTC, ISO-8601 with Z).",
-)
-@click.pass_context
-def cronstore(ctx: click.Context, as_json: bool, display_tz: str | None) -> None:
-    """Manage the periodic tasks celery-cronstore keeps in SQL."""
-    settings = get_settings(ctx)
-    settings.as_json = as_json
-    if display_tz is not None:
-        try:
-            settings.zone = resolve_zone(display_tz)
-        except TimerSyntaxError as exc:
-            raise click.BadParameter(str(exc), ctx, param_hint="'--tz'") from None
 
 
 def _timer_text(task: PeriodicTask) -> str:

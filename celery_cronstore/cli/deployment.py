@@ -1,0 +1,93 @@
+"""The commands a deployment runs: migrate (at each release, before beat starts) and
+health (a liveness probe: did a beat tick lately)."""
+
+from __future__ import annotations
+
+import socket
+
+import click
+
+from celery_cronstore.cli.base import (
+    EXIT_FAILED,
+    BadInputError,
+    Command,
+    CommandError,
+    emit_json,
+    get_settings,
+    get_store,
+)
+from celery_cronstore.cli.group import cronstore
+from celery_cronstore.store.migrate import head_revision
+from celery_cronstore.timers.once import format_instant
+
+__all__ = ["health", "migrate"]
+
+
+@cronstore.command(cls=Command)
+@click.pass_context
+def migrate(ctx: click.Context) -> None:
+    """Create or upgrade the cronstore tables to this release's schema."""
+    store = get_store(ctx, check=False)
+    store.upgrade()
+    store.check_schema()
+    if get_settings(ctx).as_json:
+        emit_json({"url": store.url, "revision": head_revision()})
+    else:
+        click.echo(f"{store.url}: schema at revision {head_revision()}")
+
+
+@cronstore.command(cls=Command)
+@click.option(
+    "--max-age",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Healthy only if some beat ticked within this many seconds.",
+)
+@click.option("--host", help="Only beats running on this host (node names start HOST:).")
+@click.option(
+    "--this-host",
+    is_flag=True,
+    help="Only beats on the host running this command (a per-pod liveness probe).",
+)
+@click.pass_context
+def health(ctx: click.Context, max_age: float, host: str | None, this_host: bool) -> None:
+    """Exit 0 if a beat ticked within --max-age seconds, 1 otherwise (liveness probe)."""
+    if host is not None and this_host:
+        raise BadInputError("give --host or --this-host, not both")
+    if this_host:
+        host = socket.gethostname()
+    store = get_store(ctx)
+    beats = store.beats()
+    if host is not None:
+        beats = [b for b in beats if b[0].startswith(f"{host}:")]
+    now = store.now()
+    newest = beats[0] if beats else None
+    age = (now - newest[2]).total_seconds() if newest else None
+    healthy = age is not None and age <= max_age
+    where = f" on host {host}" if host is not None else ""
+    if newest is None:
+        reason = f"unhealthy: no beat{where} has ever ticked in {store.url}"
+    elif healthy:
+        reason = f"healthy: beat {newest[0]} ticked {age:.1f}s ago (max {max_age:g}s)"
+    else:
+        reason = (
+            f"unhealthy: newest beat tick was {age:.1f}s ago (max {max_age:g}s), "
+            f"by {newest[0]} at {format_instant(newest[2])}"
+        )
+    if get_settings(ctx).as_json:
+        emit_json(
+            {
+                "healthy": healthy,
+                "reason": reason,
+                "now": now,
+                "max_age": max_age,
+                "beats": [{"node": n, "started_at": s, "last_tick": t} for n, s, t in beats],
+            }
+        )
+        if not healthy:
+            ctx.exit(EXIT_FAILED)
+    elif healthy:
+        click.echo(reason)
+    else:
+        raise CommandError(reason)
