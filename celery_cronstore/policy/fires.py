@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
-from celery_cronstore.timers import Timer, fires, parse_timer
+from celery_cronstore.timers import Timer, parse_timer
 
 __all__ = [
     "BACKLOG_CAP",
@@ -143,11 +143,13 @@ class Plan:
 
 @dataclass(frozen=True)
 class Backlog:
-    """The due grid points of a task: the first, the last few, and how many in all."""
+    """The due grid points of a task: the first, the last few, how many, and the next."""
 
-    first: datetime
+    first: datetime | None
     tail: list[datetime]
     count: int
+    #: The first grid point after now (the task's next plan); ``None``: no further fire.
+    following: datetime | None
 
     @property
     def capped(self) -> bool:
@@ -155,14 +157,33 @@ class Backlog:
         return self.count >= BACKLOG_CAP
 
 
-def backlog(timer: Timer, first: datetime, now: datetime, *, keep: int) -> Backlog:
-    """Walk the grid from ``first`` (due) up to ``now``: keep the last ``keep`` points."""
-    tail: deque[datetime] = deque([first], maxlen=keep)
-    count = 1
-    for point in fires(timer, first, until=now, limit=BACKLOG_CAP - 1):
-        tail.append(point)
-        count += 1
-    return Backlog(first, list(tail), count)
+def backlog(
+    timer: Timer,
+    first: datetime,
+    now: datetime,
+    *,
+    keep: int,
+    taken: frozenset[datetime] = frozenset(),
+) -> Backlog:
+    """Walk the grid from ``first`` up to ``now``: keep the last ``keep`` due points.
+
+    Points in ``taken`` (already in the ledger) are passed over, not counted. The walk
+    goes from each point to the next (never restarts from ``now``), so a wall time that
+    repeats in an autumn fold is planned once.
+    """
+    tail: deque[datetime] = deque(maxlen=keep)
+    count = 0
+    start: datetime | None = None
+    point: datetime | None = first
+    while point is not None and point <= now:
+        if count >= BACKLOG_CAP:
+            return Backlog(start, list(tail), count, timer.next_after(now))
+        if point not in taken:
+            start = start or point
+            tail.append(point)
+            count += 1
+        point = timer.next_after(point)
+    return Backlog(start, list(tail), count, point)
 
 
 def choose(
@@ -240,6 +261,7 @@ def plan(
     node: str,
     lease: timedelta,
     grace: timedelta,
+    taken: frozenset[datetime] = frozenset(),
 ) -> Plan:
     """Decide what becomes of a due task at ``now``.
 
@@ -248,13 +270,24 @@ def plan(
     publish and the rest is recorded ``missed``; each picked fire is claimed, or recorded
     ``expired`` past its starting deadline, or ``skipped`` when the overlap policy is
     ``skip`` and ``running()`` (called only then) names a fire still in flight. The row's
-    ``next_run`` moves to the first grid point after ``now``.
+    ``next_run`` moves to the first grid point after ``now``. Points at or before the
+    row's ``last_fire`` and points in ``taken`` are already in the ledger: they are passed
+    over, never claimed twice.
     """
     if task.next_run is None or task.next_run == EPOCH:
         # Added or re-timed by raw SQL: plan only, nothing was due yet.
         return Plan(RowUpdate(next_run=timer.first_fire(now, task.last_fire)))
+    start: datetime | None = task.next_run
+    if task.last_fire is not None and task.next_run <= task.last_fire:
+        # That point is accounted for already (next_run moved back by hand, a one-off
+        # instant planned again): go on from the newest recorded fire.
+        start = timer.next_after(task.last_fire)
+    if start is None:
+        return Plan(RowUpdate(next_run=None))
     limit = max(task.misfire_limit, 1)
-    walk = backlog(timer, task.next_run, now, keep=limit + 1)
+    walk = backlog(timer, start, now, keep=limit + 1, taken=taken)
+    if walk.first is None:  # nothing due after all
+        return Plan(RowUpdate(next_run=walk.following))
     publish = choose(task.misfire_policy, walk.tail, now, grace, limit)
     entries: list[Entry] = []
     claims: list[Claim] = []
@@ -298,7 +331,7 @@ def plan(
         else:
             entries.append(claimed)
             claims.append(make_claim(task, when, claimed.task_id, claimed.attempts, timer))
-    update = RowUpdate(next_run=timer.next_after(now), last_fire=walk.tail[-1], runs=len(claims))
+    update = RowUpdate(next_run=walk.following, last_fire=walk.tail[-1], runs=len(claims))
     return Plan(update, entries, claims)
 
 

@@ -14,6 +14,7 @@ One tick (see ``docs/replicas.md``):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,11 +22,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from celery_cronstore import faults, policy
 from celery_cronstore.errors import TimerError
-from celery_cronstore.records import Claim, PeriodicTask
+from celery_cronstore.records import EPOCH, Claim, PeriodicTask
 from celery_cronstore.store.engine import as_utc, now_expression
 from celery_cronstore.store.leases import LeaseKeeper
 from celery_cronstore.store.rows import to_task
@@ -63,6 +64,7 @@ class Claimer(LeaseKeeper):
         misfire_grace: float = 30.0,
         allowlist: tuple[str, ...] = (),
         task_check: Callable[[str], str | None] | None = None,
+        call_check: Callable[[str, list[Any], dict[str, Any]], str | None] | None = None,
         start_timeout: float | None = None,
         max_redeliveries: int = 3,
     ) -> None:
@@ -79,6 +81,8 @@ class Claimer(LeaseKeeper):
         self.max_redeliveries = max_redeliveries
         #: Extra rule on task names (beat: "is it registered?"); returns a refusal reason.
         self.task_check = task_check
+        #: Extra rule on a call (beat: "do the args fit the task?"); returns a reason.
+        self.call_check = call_check
 
     # -- the idle path --------------------------------------------------------------------
 
@@ -137,38 +141,47 @@ class Claimer(LeaseKeeper):
             batch = _Batch()
             for row in rows:
                 self._plan_row(conn, row, now, batch)
-            self._write(conn, batch)
+            self._write_ledger(conn, batch, now)
+            self._write_rows(conn, batch)
             faults.hit("before_claim_commit")
-        return TickResult(now, batch.claims, len(rows), batch.errors)
+        return TickResult(now, batch.claims(), len(rows), batch.errors)
+
+    def _plan(
+        self,
+        conn: sa.Connection,
+        task: PeriodicTask,
+        now: datetime,
+        taken: frozenset[datetime] = frozenset(),
+    ) -> policy.Plan:
+        return policy.plan(
+            task,
+            policy.timer_of(task),
+            now,
+            lambda: self._running(conn, task.id, now),
+            node=self.node,
+            lease=self.lease,
+            grace=self.misfire_grace,
+            taken=taken,
+        )
 
     def _plan_row(
         self, conn: sa.Connection, row: sa.Row[Any], now: datetime, batch: _Batch
     ) -> None:
+        """Plan one due row; whatever is wrong with it, only this row is affected."""
         try:
             task = to_task(row)
             reason = self.problem(task, row)
-            if reason is not None:
-                batch.fail(row, reason)
+            if reason is None:
+                batch.items.append(_Item(task, self._plan(conn, task, now)))
                 return
-            plan = policy.plan(
-                task,
-                policy.timer_of(task),
-                now,
-                lambda: self._running(conn, task.id, now),
-                node=self.node,
-                lease=self.lease,
-                grace=self.misfire_grace,
-            )
         except SQLAlchemyError:
             raise
-        except TimerError as exc:  # e.g. a calendar search that gives up where systemd does
-            batch.fail(row, str(exc))
-            return
+        except TimerError as exc:  # a timer that cannot answer at this instant
+            reason = str(exc)
         except Exception as exc:  # one hostile row must never stop every other task
             logger.warning("beat: cannot plan periodic task row %r", row.id, exc_info=True)
-            batch.fail(row, f"cannot plan this row ({type(exc).__name__}: {exc})")
-            return
-        batch.add(task, plan)
+            reason = f"cannot plan this row ({type(exc).__name__}: {exc})"
+        batch.fail(row, reason, self.node)
 
     def _running(self, conn: sa.Connection, task_id: int, now: datetime) -> policy.Running | None:
         since = now - policy.STALE_RUNNING
@@ -185,56 +198,130 @@ class Claimer(LeaseKeeper):
         row = conn.execute(query).first()
         return None if row is None else (row.fire_time, row.state)
 
-    def _write(self, conn: sa.Connection, batch: _Batch) -> None:
-        if batch.updates:
-            stmt = (
-                sa.update(periodic_task)
-                .where(_PT.id == sa.bindparam("b_id"), _PT.version == sa.bindparam("b_version"))
-                .values(
-                    next_run=sa.bindparam("b_next"),
-                    error=sa.bindparam("b_error"),
-                    last_fire=sa.func.coalesce(
-                        sa.bindparam("b_last", type_=_PT.last_fire.type), _PT.last_fire
-                    ),
-                    total_run_count=_PT.total_run_count + sa.bindparam("b_runs"),
-                    version=_PT.version + 1,
-                )
+    def _write_ledger(self, conn: sa.Connection, batch: _Batch, now: datetime) -> None:
+        """Insert the batch's ledger rows; a fire already in the ledger costs only its task.
+
+        The whole batch goes in one statement inside a savepoint. If the ledger's unique
+        key refuses it (a row whose ``next_run`` points at a fire already recorded), each
+        task's rows go in on their own: a task whose fires collide is planned again past
+        the recorded ones, and the rest of the batch is untouched.
+        """
+        rows = batch.ledger()
+        if not rows:
+            return
+        try:
+            with conn.begin_nested():
+                conn.execute(sa.insert(fire), rows)
+            return
+        except IntegrityError:
+            logger.warning("beat: some due fires are already in the ledger; planning past them")
+        for index, item in enumerate(batch.items):
+            batch.items[index] = self._insert_apart(conn, item, now)
+        for entry in batch.failed_entries:
+            with contextlib.suppress(IntegrityError), conn.begin_nested():
+                conn.execute(sa.insert(fire).values(**entry.row()))
+
+    def _insert_apart(self, conn: sa.Connection, item: _Item, now: datetime) -> _Item:
+        plan = item.plan
+        for _attempt in range(3):
+            try:
+                with conn.begin_nested():
+                    if plan.entries:
+                        conn.execute(sa.insert(fire), [e.row() for e in plan.entries])
+                return _Item(item.task, plan)
+            except IntegrityError:
+                taken = self._taken(conn, item.task, now)
+                plan = self._plan(conn, item.task, now, taken)
+        reason = "its due fires collide with the fire ledger (edit the task to plan it again)"
+        return _Item(item.task, policy.Plan(policy.RowUpdate(next_run=None, error=reason)))
+
+    def _taken(self, conn: sa.Connection, task: PeriodicTask, now: datetime) -> frozenset[datetime]:
+        """Return the fire times of ``task`` already in the ledger that its walk could meet."""
+        since = min(filter(None, (task.next_run, task.last_fire)), default=now)
+        query = sa.select(_F.fire_time).where(
+            _F.periodic_task_id == task.id, _F.fire_time >= since, _F.fire_time <= now
+        )
+        return frozenset(conn.execute(query).scalars())
+
+    def _write_rows(self, conn: sa.Connection, batch: _Batch) -> None:
+        updates = batch.updates()
+        if not updates:
+            return
+        stmt = (
+            sa.update(periodic_task)
+            .where(_PT.id == sa.bindparam("b_id"), _PT.version == sa.bindparam("b_version"))
+            .values(
+                next_run=sa.bindparam("b_next"),
+                error=sa.bindparam("b_error"),
+                last_fire=sa.func.coalesce(
+                    sa.bindparam("b_last", type_=_PT.last_fire.type), _PT.last_fire
+                ),
+                total_run_count=_PT.total_run_count + sa.bindparam("b_runs"),
+                version=_PT.version + 1,
             )
-            result = conn.execute(stmt, batch.updates)
-            if result.rowcount not in (-1, len(batch.updates)):
-                # Another writer changed a row we hold: give the whole batch back.
-                raise _Conflict("a due row changed while it was being claimed")
-        if batch.ledger:
-            conn.execute(sa.insert(fire), batch.ledger)
+        )
+        result = conn.execute(stmt, updates)
+        if result.rowcount not in (-1, len(updates)):
+            # Another writer changed a row we hold: give the whole batch back.
+            raise _Conflict("a due row changed while it was being claimed")
 
 
 class _Conflict(Exception):
     """A claim transaction lost a race; it was rolled back and will be retried."""
 
 
+@dataclass(frozen=True)
+class _Item:
+    """One due task and what policy decided for it."""
+
+    task: PeriodicTask
+    plan: policy.Plan
+
+
 @dataclass
 class _Batch:
-    """What one claim transaction writes: row updates, ledger rows; and its claims."""
+    """What one claim transaction plans: each due task's plan, and the rows in error."""
 
-    claims: list[Claim] = field(default_factory=list)
-    ledger: list[dict[str, Any]] = field(default_factory=list)
-    updates: list[dict[str, Any]] = field(default_factory=list)
+    items: list[_Item] = field(default_factory=list)
+    failed: list[tuple[int, int, policy.RowUpdate]] = field(default_factory=list)
+    failed_entries: list[policy.Entry] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
 
-    def fail(self, row: sa.Row[Any], reason: str) -> None:
-        """Put the row in error (no next run) with ``reason``; beat logs it once."""
+    def fail(self, row: sa.Row[Any], reason: str, node: str) -> None:
+        """Put the row in error (no next run) with ``reason``; beat logs it once.
+
+        A fire that was due is recorded ``dropped`` with the same reason: the task's
+        history says why it did not run.
+        """
         m = row._mapping
-        self._update(m["id"], m["version"], policy.RowUpdate(next_run=None, error=reason))
+        self.failed.append((m["id"], m["version"], policy.RowUpdate(next_run=None, error=reason)))
         self.errors.append((str(m["name"]), reason))
+        due = m["next_run"]
+        if isinstance(due, datetime) and due != EPOCH and isinstance(m["id"], int):
+            self.failed_entries.append(
+                policy.Entry(
+                    periodic_task_id=m["id"],
+                    fire_time=due,
+                    task_id=policy.fire_task_id(m["id"], str(m["name"]), due),
+                    state="dropped",
+                    reason=f"not published: {reason}",
+                    claimed_by=node,
+                    attempts=0,
+                )
+            )
 
-    def add(self, task: PeriodicTask, plan: policy.Plan) -> None:
-        """Take in what :func:`celery_cronstore.policy.plan` decided for ``task``."""
-        self._update(task.id, task.version, plan.update)
-        self.ledger.extend(entry.row() for entry in plan.entries)
-        self.claims.extend(plan.claims)
+    def ledger(self) -> list[dict[str, Any]]:
+        rows = [entry.row() for item in self.items for entry in item.plan.entries]
+        rows.extend(entry.row() for entry in self.failed_entries)
+        return rows
 
-    def _update(self, row_id: int, version: int, update: policy.RowUpdate) -> None:
-        self.updates.append(
+    def claims(self) -> list[Claim]:
+        return [claim for item in self.items for claim in item.plan.claims]
+
+    def updates(self) -> list[dict[str, Any]]:
+        rows = [(i.task.id, i.task.version, i.plan.update) for i in self.items]
+        rows.extend(self.failed)
+        return [
             {
                 "b_id": row_id,
                 "b_version": version,
@@ -243,4 +330,5 @@ class _Batch:
                 "b_last": update.last_fire,
                 "b_runs": update.runs,
             }
-        )
+            for row_id, version, update in rows
+        ]

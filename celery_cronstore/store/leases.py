@@ -38,12 +38,18 @@ class LeaseKeeper:
     batch_size: int
     allowlist: tuple[str, ...]
     task_check: Callable[[str], str | None] | None
+    call_check: Callable[[str, list[Any], dict[str, Any]], str | None] | None
     start_timeout: float | None
     max_redeliveries: int
 
     def refusal(self, task: PeriodicTask, row: sa.Row[Any]) -> str | None:
         """Return why a fire of ``task`` (read as ``row``) must not be sent, or ``None``."""
-        return policy.send_refusal(task.task, json_problems(row), self.allowlist, self.task_check)
+        refused = policy.send_refusal(
+            task.task, json_problems(row), self.allowlist, self.task_check
+        )
+        if refused is None and self.call_check is not None:
+            refused = self.call_check(task.task, task.args, task.kwargs)
+        return refused
 
     def mark_published(
         self, claims: list[Claim], watched: Callable[[Claim], bool] | None = None
@@ -84,6 +90,39 @@ class LeaseKeeper:
                     )
                     marked += result.rowcount
         return marked
+
+    def drop(self, failed: list[tuple[Claim, str]]) -> int:
+        """Record claims that could not be sent (not for a broker outage) and their tasks.
+
+        Each fire becomes ``dropped`` with the reason, and its task goes in error with
+        the same reason (no next run until an edit fixes it): one bad row never holds
+        back the fires of the others. Return how many fires were recorded.
+        """
+        dropped = 0
+        with self.db.begin() as conn:
+            now = self.db.now(conn)
+            for claim, reason in failed:
+                result = conn.execute(
+                    sa.update(fire)
+                    .where(
+                        _F.task_id == claim.task_id,
+                        _F.state == "claimed",
+                        _F.claimed_by == self.node,
+                    )
+                    .values(
+                        state="dropped",
+                        reason=f"not published: {reason}",
+                        lease_until=None,
+                        finished_at=now,
+                    )
+                )
+                dropped += result.rowcount
+                conn.execute(
+                    sa.update(periodic_task)
+                    .where(_PT.id == claim.periodic_task_id)
+                    .values(error=reason, next_run=None, version=_PT.version + 1)
+                )
+        return dropped
 
     def redeliver_unstarted(self) -> int:
         """Hand back published fires whose start lease ran out without a start.

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator, Sequence
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -11,24 +13,26 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from celery_cronstore.errors import DuplicateTaskError, TaskNotFoundError, TimerError
-from celery_cronstore.policy import BACKLOG_CAP, missed_entry, timer_of
-from celery_cronstore.records import EPOCH, Fire, PeriodicTask, Status
+from celery_cronstore.errors import DuplicateTaskError, TimerError
+from celery_cronstore.policy import backlog, missed_entry, timer_of
+from celery_cronstore.records import EPOCH, PeriodicTask
 from celery_cronstore.store import migrate
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.engine import Clock, Dialect, create_store_engine, redact
 from celery_cronstore.store.rows import (
-    FIRE_COLUMNS,
     check_text,
     check_values,
     owner_values,
-    to_fire,
     to_task,
 )
-from celery_cronstore.store.schema import VERSION_TABLE, beat, fire, periodic_task
-from celery_cronstore.timers import Timer, fires, parse_timer
+from celery_cronstore.store.schema import VERSION_TABLE, fire, periodic_task
+from celery_cronstore.store.state import StoreReads
+from celery_cronstore.timers import Timer, parse_timer
 
-__all__ = ["DEFAULT_URL", "Store"]
+__all__ = ["DEFAULT_URL", "CallCheck", "Store"]
+
+#: ``(task name, args, kwargs) -> why they do not fit, or None``.
+CallCheck = Callable[[str, list[Any], dict[str, Any]], "str | None"]
 
 #: Where the store lives when nothing is configured: a SQLite file in the working directory.
 DEFAULT_URL = "sqlite:///celerybeat-cronstore.sqlite"
@@ -37,7 +41,7 @@ _PT = periodic_task.c
 _TIMER_FIELDS = ("timer", "timer_kind", "tz")
 
 
-class Store:
+class Store(StoreReads):
     """Periodic tasks and their fire ledger in one SQL database.
 
     Every method opens and closes its own short transaction and returns immutable
@@ -50,18 +54,24 @@ class Store:
         *,
         engine: sa.Engine | None = None,
         clock: Clock | None = None,
+        call_check: CallCheck | None = None,
         **engine_options: Any,
     ) -> None:
         self.db = Database(
             engine if engine is not None else create_store_engine(url, **engine_options), clock
         )
+        #: Whether a task's args/kwargs fit it (``from_app``: the app's task signatures);
+        #: returns the reason they do not. Checked by :meth:`add` and :meth:`update`.
+        self.call_check = call_check
 
     @classmethod
     def from_app(cls, app: Any, **kwargs: Any) -> Store:
         """Build the store configured on a Celery app (``cronstore_url`` and friends)."""
+        from celery_cronstore.calls import call_problem
         from celery_cronstore.config import Config
 
         config = Config.from_app(app)
+        kwargs.setdefault("call_check", functools.partial(call_problem, app))
         return cls(config.url, **config.engine_options, **kwargs)
 
     @property
@@ -115,19 +125,6 @@ class Store:
         with self.db.begin() as conn:
             yield conn
 
-    def now(self, conn: sa.Connection | None = None) -> datetime:
-        """Return the store's notion of now: the database clock (or the injected one)."""
-        return self.db.now(conn)
-
-    def _row(self, conn: sa.Connection, name: str, *, lock: bool = False) -> sa.Row[Any]:
-        query = sa.select(periodic_task).where(_PT.name == name)
-        if lock:
-            query = self.db.locked(query)
-        row = conn.execute(query).first()
-        if row is None:
-            raise TaskNotFoundError(f"no periodic task named {name!r}")
-        return row
-
     # -- definitions ----------------------------------------------------------------------
 
     def add(
@@ -177,6 +174,7 @@ class Store:
         )
         values.update(owner_values(owner))
         values.update(_timer_values(parsed), enabled=bool(enabled))
+        self._check_call(task, list(args), kwargs or {})
         with self.begin() as conn:
             now = self.now(conn)
             values.update(created_at=now, updated_at=now)
@@ -186,42 +184,6 @@ class Store:
             except IntegrityError:
                 raise DuplicateTaskError(f"a periodic task named {name!r} already exists") from None
             return to_task(self._row(conn, name))
-
-    def get(self, name: str) -> PeriodicTask:
-        """Return the periodic task called ``name`` (:class:`TaskNotFoundError` if none)."""
-        with self.engine.connect() as conn:
-            return to_task(self._row(conn, name))
-
-    def list(
-        self,
-        *,
-        owner: tuple[str, Any] | None = None,
-        owner_type: str | None = None,
-        enabled: bool | None = None,
-        task: str | None = None,
-        source: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[PeriodicTask]:
-        """Return periodic tasks ordered by name, filtered by owner, enabled, task, source."""
-        query = sa.select(periodic_task).order_by(_PT.name).offset(offset)
-        if owner is not None:
-            cols = owner_values(owner)
-            query = query.where(
-                _PT.owner_type == cols["owner_type"], _PT.owner_id == cols["owner_id"]
-            )
-        if owner_type is not None:
-            query = query.where(_PT.owner_type == owner_type)
-        if enabled is not None:
-            query = query.where(_PT.enabled == enabled)
-        if task is not None:
-            query = query.where(_PT.task == task)
-        if source is not None:
-            query = query.where(_PT.source == source)
-        if limit is not None:
-            query = query.limit(limit)
-        with self.engine.connect() as conn:
-            return [to_task(row) for row in conn.execute(query)]
 
     def update(self, name: str, **changes: Any) -> PeriodicTask:
         """Change fields of a periodic task; a new timer, zone or enabled flag re-plans it.
@@ -240,9 +202,18 @@ class Store:
             values.update(owner_values(owner))
         with self.begin() as conn:
             current = to_task(self._row(conn, name, lock=True))
+            if {"task", "args", "kwargs"} & set(changes):
+                self._check_call(
+                    changes.get("task", current.task),
+                    list(changes.get("args", current.args)),
+                    dict(changes.get("kwargs", current.kwargs)),
+                )
             now = self.now(conn)
+            parsed: Timer | None
             if not (timer_changes or kind is not None):
-                parsed = timer_of(current)
+                # A stored timer may be bad (raw SQL): the row can still be disabled,
+                # edited or enabled; beat then puts it in error with the reason.
+                parsed = _timer_or_none(current)
             else:  # the stored timer may be the bad one being fixed: do not parse it
                 parsed = parse_timer(
                     timer_changes.get("timer", current.timer),
@@ -261,34 +232,49 @@ class Store:
                 values["error"] = None
                 replan = True
             if replan:
-                self._record_unclaimed(conn, current, now, "re-planned" if enabled else "disabled")
-                values["next_run"] = parsed.first_fire(now, current.last_fire) if enabled else None
+                why = "re-planned" if enabled else "disabled"
+                last = self._record_unclaimed(conn, current, now, why)
+                if last is not None:
+                    values["last_fire"] = last
+                values["next_run"] = _first_plan(parsed, now, last or current.last_fire, enabled)
             values.update(updated_at=now, version=_PT.version + 1)
             conn.execute(sa.update(periodic_task).where(_PT.id == current.id).values(**values))
             return to_task(self._row(conn, values.get("name", name)))
 
+    def _check_call(self, task: str, args: builtins.list[Any], kwargs: dict[str, Any]) -> None:
+        problem = None if self.call_check is None else self.call_check(task, args, kwargs)
+        if problem is not None:
+            raise ValueError(problem)
+
     @staticmethod
-    def _record_unclaimed(conn: sa.Connection, task: PeriodicTask, now: datetime, why: str) -> None:
+    def _record_unclaimed(
+        conn: sa.Connection, task: PeriodicTask, now: datetime, why: str
+    ) -> datetime | None:
         """Record the due fires no beat has claimed yet as missed (an edit skips past them).
 
         Without this, disabling or re-timing a task while beat is down or behind (a
-        database outage) would lose those fires without a trace.
+        database outage) would lose those fires without a trace. Return the newest fire
+        time recorded (``None``: nothing was due). Points already in the ledger are
+        passed over, so this never fails on a row in any state.
         """
         first = task.next_run
         if not task.enabled or task.error is not None or first is None or first == EPOCH:
-            return
-        if first > now:
-            return
-        try:
-            timer = timer_of(task)
-        except (TimerError, ValueError):
-            return
-        last, count = first, 1
-        for point in fires(timer, first, until=now, limit=BACKLOG_CAP - 1):
-            last, count = point, count + 1
+            return None
+        timer = _timer_or_none(task)
+        if first > now or timer is None:
+            return None
+        if task.last_fire is not None and first <= task.last_fire:
+            first = timer.next_after(task.last_fire)
+            if first is None or first > now:
+                return None
+        walk = backlog(timer, first, now, keep=1)
+        if walk.first is None:
+            return None
         why = f"the task was {why} before beat claimed them"
-        entry = missed_entry(task, first, last, count, why, capped=count >= BACKLOG_CAP)
-        conn.execute(sa.insert(fire).values(**entry.row()))
+        entry = missed_entry(task, walk.first, walk.tail[-1], walk.count, why, capped=walk.capped)
+        with contextlib.suppress(IntegrityError), conn.begin_nested():
+            conn.execute(sa.insert(fire).values(**entry.row()))
+        return walk.tail[-1]
 
     def enable(self, name: str) -> PeriodicTask:
         """Enable a periodic task; it fires from its next grid point after now."""
@@ -330,71 +316,6 @@ class Store:
             )
             return result.rowcount
 
-    # -- reading state --------------------------------------------------------------------
-
-    def next_runs(
-        self, name: str, n: int = 5, *, after: datetime | None = None
-    ) -> builtins.list[datetime]:
-        """Return the next ``n`` fire times of a task (from its planned next run or ``after``)."""
-        record = self.get(name)
-        if not record.enabled:
-            return []
-        start = after if after is not None else self.now()
-        return builtins.list(fires(timer_of(record), start, limit=n))
-
-    def history(self, name: str, limit: int = 50) -> builtins.list[Fire]:
-        """Return the task's ledger rows, newest fire first."""
-        with self.engine.connect() as conn:
-            row = self._row(conn, name)
-            query = (
-                sa.select(*FIRE_COLUMNS)
-                .join_from(fire, periodic_task, fire.c.periodic_task_id == _PT.id)
-                .where(fire.c.periodic_task_id == row.id)
-                .order_by(fire.c.fire_time.desc())
-                .limit(limit)
-            )
-            return [to_fire(r) for r in conn.execute(query)]
-
-    def fire_by_task_id(self, task_id: str) -> Fire | None:
-        """Return the ledger row published under Celery task id ``task_id``, if any."""
-        query = (
-            sa.select(*FIRE_COLUMNS)
-            .join_from(fire, periodic_task, fire.c.periodic_task_id == _PT.id)
-            .where(fire.c.task_id == task_id)
-        )
-        with self.engine.connect() as conn:
-            row = conn.execute(query).first()
-        return None if row is None else to_fire(row)
-
-    def status(self, name: str) -> Status:
-        """Return the last known outcome of a task: state, time, node, error, result."""
-        record = self.get(name)
-        last = self.history(name, limit=1)
-        newest = last[0] if last else None
-        at = None
-        if newest is not None:
-            at = newest.finished_at or newest.started_at or newest.published_at or newest.claimed_at
-        return Status(
-            name=name,
-            state=newest.state if newest else None,
-            fire_time=newest.fire_time if newest else None,
-            at=at,
-            node=newest.node or newest.claimed_by if newest else None,
-            reason=newest.reason if newest else None,
-            result=newest.result if newest else None,
-            next_run=record.next_run,
-            last_run=record.last_run,
-            error=record.error,
-        )
-
-    def beats(self) -> builtins.list[tuple[str, datetime, datetime]]:
-        """Return every beat that ever ticked: (node, started at, last tick), newest first."""
-        query = sa.select(beat.c.node, beat.c.started_at, beat.c.last_tick).order_by(
-            beat.c.last_tick.desc()
-        )
-        with self.engine.connect() as conn:
-            return [(r.node, r.started_at, r.last_tick) for r in conn.execute(query)]
-
 
 _UPDATABLE = frozenset(
     {
@@ -414,6 +335,23 @@ _UPDATABLE = frozenset(
         "source",
     }
 )
+
+
+def _timer_or_none(task: PeriodicTask) -> Timer | None:
+    try:
+        return timer_of(task)
+    except (TimerError, ValueError):
+        return None
+
+
+def _first_plan(
+    timer: Timer | None, now: datetime, last_fire: datetime | None, enabled: bool
+) -> datetime | None:
+    """Return ``next_run`` for a task just edited: ``EPOCH`` ("beat, check it") if its
+    stored timer is bad, so beat puts it in error with the reason."""
+    if not enabled:
+        return None
+    return EPOCH if timer is None else timer.first_fire(now, last_fire)
 
 
 def _timer_values(timer: Timer) -> dict[str, str]:

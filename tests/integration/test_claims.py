@@ -290,13 +290,13 @@ def test_a_batch_that_loses_a_race_is_rolled_back_and_retried(
     store.add("a", task="t.a", timer="*:*:0/10")
     clock.set(at(10))
     claimer = Claimer(store, "b1")
-    real_write = claims.Claimer._write
+    real_write = claims.Claimer._write_rows
 
-    def losing_write(self: Claimer, conn: sa.Connection, plan: object) -> None:
-        real_write(self, conn, plan)  # type: ignore[arg-type]
+    def losing_write(self: Claimer, conn: sa.Connection, batch: object) -> None:
+        real_write(self, conn, batch)  # type: ignore[arg-type]
         raise claims._Conflict("a due row changed while it was being claimed")
 
-    monkeypatch.setattr(claims.Claimer, "_write", losing_write)
+    monkeypatch.setattr(claims.Claimer, "_write_rows", losing_write)
     lost = claimer.claim_due()
     assert (lost.claims, lost.rows) == ([], 1)  # nothing claimed; "look again at once"
     assert store.history("a") == []  # the ledger insert was rolled back with the batch
