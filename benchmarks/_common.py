@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,10 +17,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from celery_cronstore.store.schema import periodic_task
 from celery_cronstore.timers import Timer, parse_timer
+from harness.scratch import scratch_database as server_database
 
 UTC = timezone.utc
 
@@ -205,20 +204,8 @@ def scratch_database(backend: str, admin_url: str, keep: bool = False) -> Iterat
         return
     if backend != "postgresql":
         raise ValueError(f"unsupported backend {backend!r} (sqlite, postgresql)")
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    name = f"bench_cronstore_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-        try:
-            yield Scratch(backend, url)
-        finally:
-            if not keep:
-                with admin.connect() as conn:
-                    conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.dispose()
+    with server_database(admin_url, prefix="bench_cronstore", keep=keep) as made:
+        yield Scratch(backend, made.url)
 
 
 # -- measurements --------------------------------------------------------------------------

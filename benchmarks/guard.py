@@ -15,9 +15,6 @@ import argparse
 import statistics
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -26,28 +23,16 @@ import sqlalchemy as sa
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store import runs as guard_runs
 from celery_cronstore.testing import FrozenClock
+from harness.scratch import scratch_database
 
 POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=timezone.utc)
-
-
-@contextmanager
-def scratch_postgres(admin_url: str) -> Iterator[str]:
-    name = f"cronstore_bench_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    try:
-        yield sa.engine.make_url(admin_url).set(database=name).render_as_string(False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.dispose()
+#: Beat's frozen clock starts here (a Monday noon, UTC); fire i falls i minutes later.
+BEAT_START = datetime(2026, 1, 5, 12, 0, 0, tzinfo=timezone.utc)
 
 
 def measure(url: str, runs: int) -> dict[str, float]:
     """Time ``runs`` guarded runs; return per-run start, finish and total in ms."""
-    clock = FrozenClock(T0)
+    clock = FrozenClock(BEAT_START)
     store = Store(url, clock=clock)  # beat's side: a frozen clock makes one fire due per step
     store.upgrade()
     worker = Store(url)  # the guard's side: the real database clock, as in a worker
@@ -60,7 +45,7 @@ def measure(url: str, runs: int) -> dict[str, float]:
         start_ms: list[float] = []
         finish_ms: list[float] = []
         for i in range(runs + 20):
-            clock.set(T0 + timedelta(minutes=i + 1))
+            clock.set(BEAT_START + timedelta(minutes=i + 1))
             claims = [c for c in claimer.claim_due().claims if c.name == "bench"]
             claimer.mark_published(claims)
             (claim,) = claims
@@ -108,8 +93,8 @@ def main() -> None:
         report("sqlite", measure(url, args.runs), args.runs)
     if not args.no_postgres:
         try:
-            with scratch_postgres(args.postgres) as url:
-                report("postgresql", measure(url, args.runs), args.runs)
+            with scratch_database(args.postgres, prefix="cronstore_bench") as scratch:
+                report("postgresql", measure(scratch.url, args.runs), args.runs)
         except sa.exc.OperationalError as exc:
             print(f"postgresql  skipped: {str(exc).splitlines()[0]}")
 

@@ -14,11 +14,11 @@ at the end; SQLite in a temporary file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from celery_cronstore.store import Store
 from celery_cronstore.web import create_app
+from harness.scratch import scratch_database
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PAGES = [
@@ -156,22 +157,16 @@ def main() -> None:
                 url = f"sqlite:///{tmp}/bench.sqlite"
                 run(url, args.tasks, args.fires, args.runs, args.with_indexes)
         elif backend == "postgresql":
-            admin = sa.create_engine(args.postgres_url, isolation_level="AUTOCOMMIT")
+            database = contextlib.ExitStack()
             try:
-                with admin.connect() as conn:
-                    name = f"bench_web_{uuid.uuid4().hex[:8]}"
-                    conn.exec_driver_sql(f"CREATE DATABASE {name}")
+                scratch = database.enter_context(
+                    scratch_database(args.postgres_url, prefix="bench_web")
+                )
             except sa.exc.OperationalError as exc:
                 print(f"postgresql: skipped, not reachable ({type(exc).__name__})")
                 continue
-            url = sa.engine.make_url(args.postgres_url).set(database=name)
-            try:
-                run(url.render_as_string(hide_password=False), args.tasks, args.fires,
-                    args.runs, args.with_indexes)  # fmt: skip
-            finally:
-                with admin.connect() as conn:
-                    conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-                admin.dispose()
+            with database:
+                run(scratch.url, args.tasks, args.fires, args.runs, args.with_indexes)
         else:
             raise SystemExit(f"unknown backend {backend!r}")
 

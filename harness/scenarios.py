@@ -20,6 +20,7 @@ from harness import oracle
 from harness.app import metadata
 from harness.chaos import Chaos
 from harness.cluster import FAKETIME, Cluster, Proxy
+from harness.scratch import Scratch, scratch_database
 
 __all__ = ["SCENARIOS", "TIMERS", "Scenario", "Services", "run"]
 
@@ -123,22 +124,6 @@ class Settings:
     logs: Path = field(default_factory=lambda: Path("var/harness"))
 
 
-def _scratch(admin_url: str) -> tuple[str, str, sa.Engine]:
-    name = f"cronstore_h_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    url = sa.make_url(admin_url).set(database=name)
-    return url.render_as_string(hide_password=False), name, admin
-
-
-def _drop(admin: sa.Engine, name: str) -> None:
-    force = " WITH (FORCE)" if admin.dialect.name == "postgresql" else ""
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
-    admin.dispose()
-
-
 def _via(url: str, proxy: Proxy) -> str:
     """Return ``url`` pointed at ``proxy`` (same user, password, database or vhost)."""
     parts = urlsplit(url)
@@ -170,12 +155,22 @@ def _skew_env(offset: float) -> dict[str, str]:
 def run(scenario: Scenario, settings: Settings, services: Services | None = None) -> oracle.Result:
     """Run ``scenario`` for ``settings.seconds`` of faults; return the oracle's verdict."""
     services = services or Services()
+    admin_url = services.postgres if scenario.db == "postgres" else services.mysql
+    # Kept unless the run ends and passes: the rows of a failed or crashed run explain it.
+    with scratch_database(admin_url, prefix="cronstore_h", keep=True) as scratch:
+        result = _run(scenario, settings, services, scratch)
+        scratch.keep = settings.keep or not result.ok
+    return result
+
+
+def _run(
+    scenario: Scenario, settings: Settings, services: Services, scratch: Scratch
+) -> oracle.Result:
     rng = random.Random(settings.seed)
     started = time.monotonic()
     logs = settings.logs / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     logs.mkdir(parents=True, exist_ok=True)
-    admin_url = services.postgres if scenario.db == "postgres" else services.mysql
-    url, dbname, admin = _scratch(admin_url)
+    url, dbname = scratch.url, scratch.name
     broker = services.redis if scenario.broker == "redis" else services.rabbitmq
     db_proxy = Proxy(_target(url, 5432 if scenario.db == "postgres" else 3306))
     broker_proxy = Proxy(_target(broker, 6379 if scenario.broker == "redis" else 5672))
@@ -260,9 +255,6 @@ def run(scenario: Scenario, settings: Settings, services: Services | None = None
         result.notes.append(
             f"database kept: {sa.make_url(url).render_as_string(True)}; logs: {logs}"
         )
-        admin.dispose()
-    else:
-        _drop(admin, dbname)
     return result
 
 

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import os
 import socket
-import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
-import sqlalchemy as sa
 from timeline import T0
 
 from celery_cronstore.store import Store
 from celery_cronstore.testing import FrozenClock
+from harness.scratch import scratch_database
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -51,34 +50,20 @@ def need_service(name: str, url: str, port: int) -> None:
     pytest.skip(message)
 
 
-def _scratch_database(admin_url: str, dialect: str) -> Iterator[str]:
-    """Create a database of our own for this test session (parallel runs do not collide)."""
-    name = f"cronstore_{uuid.uuid4().hex[:10]}"
-    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    url = sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        yield url
-    finally:
-        with engine.connect() as conn:
-            if dialect == "postgresql":
-                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            else:
-                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
-        engine.dispose()
-
-
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
+    """A PostgreSQL database of this session's own (parallel runs do not collide)."""
     need_service("PostgreSQL", POSTGRES_URL, 5432)
-    yield from _scratch_database(POSTGRES_URL, "postgresql")
+    with scratch_database(POSTGRES_URL) as scratch:
+        yield scratch.url
 
 
 @pytest.fixture(scope="session")
 def mysql_url() -> Iterator[str]:
+    """A MariaDB database of this session's own (parallel runs do not collide)."""
     need_service("MariaDB", MYSQL_URL, 3306)
-    yield from _scratch_database(MYSQL_URL, "mysql")
+    with scratch_database(MYSQL_URL) as scratch:
+        yield scratch.url
 
 
 @pytest.fixture(scope="session")
@@ -125,8 +110,11 @@ def clock() -> FrozenClock:
 
 
 @pytest.fixture
-def store(db_url: str, clock: FrozenClock) -> Iterator[Store]:
-    """A store on ``db_url`` and ``clock``; fails the test if a connection leaked."""
+def store(db_url: str, clock: FrozenClock | None) -> Iterator[Store]:
+    """A store on ``db_url`` and ``clock``; fails the test if a connection leaked.
+
+    A module may override ``clock`` (``None``: the database's own clock) or ``db_url``.
+    """
     s = Store(db_url, clock=clock)
     yield s
     assert s.engine.pool.checkedout() == 0, "a connection was left checked out"

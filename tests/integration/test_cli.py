@@ -67,10 +67,9 @@ def run(app: Celery) -> Run:
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = Store(db_url)
-    yield s
-    s.close()
+def clock() -> None:
+    """No frozen clock for the shared ``store``: the CLI under test reads the real one."""
+    return None
 
 
 def as_json(result: Result) -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +31,7 @@ from celery_cronstore.contrib.django import (
     url_from_settings,
 )
 from celery_cronstore.store import Store
-from celery_cronstore.testing import FrozenClock
 
-T0 = datetime(2026, 3, 28, 12, 0, tzinfo=timezone.utc)
 APP = "cronstore_django_tests"
 
 # -- the URL mapping, as a table (no Django configuration needed) --------------------------
@@ -338,14 +335,21 @@ def alias(request: pytest.FixtureRequest, django_env: Env) -> str:
 
 
 @pytest.fixture
-def store(alias: str) -> Iterator[Store]:
-    s = Store(store_url_from_django(alias), clock=FrozenClock(T0))
-    with s.begin() as conn:
-        for table in ("cronstore_fire", "cronstore_periodic_task", "cronstore_beat"):
-            conn.exec_driver_sql(f"DELETE FROM {table}")
-    yield s
-    assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
-    s.close()
+def db_url(alias: str) -> str:
+    """The store's URL: ``store_url_from_django(alias)``, its tables emptied.
+
+    Replaces conftest.py's ``db_url`` in this module, so the shared ``store`` fixture
+    opens the project's own database.
+    """
+    url = store_url_from_django(alias)
+    s = Store(url)
+    try:
+        with s.begin() as conn:
+            for table in ("cronstore_fire", "cronstore_periodic_task", "cronstore_beat"):
+                conn.exec_driver_sql(f"DELETE FROM {table}")
+    finally:
+        s.close()
+    return url
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -18,9 +17,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from celery_cronstore.contrib import release_owner, sweep_orphans
 from celery_cronstore.contrib.sqlalchemy import owner_of, tie_owner
 from celery_cronstore.store import Store
-from celery_cronstore.testing import FrozenClock
-
-T0 = datetime(2026, 3, 28, 12, 0, tzinfo=timezone.utc)
 
 
 class Base(DeclarativeBase):
@@ -39,14 +35,6 @@ class Mailbox(Base):
     __tablename__ = "app_mailbox"
     domain: Mapped[str] = mapped_column(sa.String(50), primary_key=True)
     user: Mapped[str] = mapped_column(sa.String(50), primary_key=True)
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = Store(db_url, clock=FrozenClock(T0))
-    yield s
-    assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
-    s.close()
 
 
 @pytest.fixture

@@ -9,17 +9,11 @@ surrogates (no driver can encode them) and text longer than its column.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import datetime, timezone
-
 import pytest
 import sqlalchemy as sa
 
 from celery_cronstore.errors import DuplicateTaskError
 from celery_cronstore.store import Store
-from celery_cronstore.testing import FrozenClock
-
-T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 
 HOSTILE = [
     "'; DROP TABLE cronstore_periodic_task; --",
@@ -41,14 +35,6 @@ TABLES = (
     "cronstore_beat",
     "cronstore_alembic_version",
 )
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = Store(db_url, clock=FrozenClock(T0))
-    yield s
-    assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
-    s.close()
 
 
 def tables_intact(store: Store) -> dict[str, int]:

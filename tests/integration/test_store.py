@@ -11,12 +11,14 @@ from celery_cronstore import DuplicateTaskError, TaskNotFoundError, TimerSyntaxE
 from celery_cronstore.store import Store
 from celery_cronstore.testing import FrozenClock
 
-T0 = datetime(2026, 3, 28, 23, 58, 30, tzinfo=timezone.utc)
+#: 90 s before midnight UTC (the night Berlin moves to summer time): the next five-minute
+#: and ten-second fires are the next day's.
+BEFORE_MIDNIGHT = datetime(2026, 3, 28, 23, 58, 30, tzinfo=timezone.utc)
 
 
 @pytest.fixture
 def clock() -> FrozenClock:
-    return FrozenClock(T0)
+    return FrozenClock(BEFORE_MIDNIGHT)
 
 
 def test_add_and_get_round_trip_every_field(store: Store) -> None:
@@ -40,7 +42,7 @@ def test_add_and_get_round_trip_every_field(store: Store) -> None:
     assert (got.timer_kind, got.timer, got.tz) == ("calendar", "*-*-* *:00/5:00", "Europe/Berlin")
     assert got.next_run == datetime(2026, 3, 29, 0, 0, tzinfo=timezone.utc)
     assert got.next_run.tzinfo is timezone.utc
-    assert got.created_at == T0
+    assert got.created_at == BEFORE_MIDNIGHT
     assert got.enabled
     assert got.source == "api"
 

@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
 from celery.schedules import crontab
+from timeline import T0
 
 from celery_cronstore.scheduler import Scheduler
 from celery_cronstore.store import Store
 from celery_cronstore.testing import FrozenClock
-
-T0 = datetime(2026, 6, 1, 8, 0, 0, tzinfo=timezone.utc)
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock(T0)
 
 
 @pytest.fixture
@@ -98,7 +92,7 @@ def test_tick_publishes_due_fires_with_their_ledger_task_id(
     messages = sent(app)
     (fire,) = store.history("a")
     assert [(m["id"], m["task"], m["args"]) for m in messages] == [(fire.task_id, "x.do", [1])]
-    assert messages[0]["cronstore_fire_time"] == "2026-06-01T08:00:10+00:00"
+    assert messages[0]["cronstore_fire_time"] == (T0 + timedelta(seconds=10)).isoformat()
     assert fire.state == "published"
     clock.set(T0 + timedelta(seconds=17))
     assert scheduler.tick() == pytest.approx(3.0)  # sleep until the next fire at :20

@@ -9,29 +9,24 @@ from __future__ import annotations
 import logging
 import queue
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
+from timeline import T0
 
 from celery_cronstore.publish import publish
 from celery_cronstore.scheduler import Scheduler
 from celery_cronstore.store import Claim, Store
 from celery_cronstore.testing import FrozenClock
 
-T0 = datetime(2026, 6, 1, 8, 0, 0, tzinfo=timezone.utc)
 PASSWORD = "s3cret-Pw-77"
 
 
 def _noop(*args: Any, **kwargs: Any) -> None:
     """Body of the test tasks (beat only sends them)."""
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock(T0)
 
 
 @pytest.fixture
