@@ -455,3 +455,59 @@ def test_timer_of_reads_the_row_and_is_memoized() -> None:
     assert timer == parse_timer("*/5 * * * *", kind="cron", tz="Europe/Berlin")
     assert policy.timer_of(dataclasses.replace(task, id=8)) is timer
     assert timer.next_after(T0) == minutes(5)
+
+
+# -- plan: points already in the ledger -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "taken", "now", "entries", "next_run"),
+    [
+        # next_run moved back by hand to a point that already fired: go on after last_fire.
+        (
+            {"last_fire": minutes(1)},
+            frozenset(),
+            minutes(2),
+            [("claimed", minutes(2), None, 1)],
+            minutes(3),
+        ),
+        # ... and nothing is due yet after it: only re-planned.
+        ({"last_fire": minutes(5)}, frozenset(), minutes(2), [], minutes(6)),
+        # Points in the ledger already are passed over, not counted as missed.
+        (
+            {"misfire_policy": "run_all"},
+            frozenset({minutes(1)}),
+            minutes(2),
+            [("claimed", minutes(0), None, 1), ("claimed", minutes(2), None, 1)],
+            minutes(3),
+        ),
+        (
+            {},
+            frozenset({minutes(1)}),
+            minutes(2),
+            [("missed", minutes(0), None, 1), ("claimed", minutes(2), None, 1)],
+            minutes(3),
+        ),
+        ({}, frozenset(THREE), minutes(2), [], minutes(3)),
+    ],
+)
+def test_points_already_recorded_are_never_planned_twice(
+    changes: dict[str, Any],
+    taken: frozenset[datetime],
+    now: datetime,
+    entries: list[tuple[str, datetime, datetime | None, int]],
+    next_run: datetime,
+) -> None:
+    task = make_task(**changes)
+    result = plan(
+        task, EVERY_MINUTE, now, never_called, node=NODE, lease=LEASE, grace=GRACE, taken=taken
+    )
+    assert [(e.state, e.fire_time, e.fire_until, e.fire_count) for e in result.entries] == entries
+    assert not {e.fire_time for e in result.entries} & taken
+    assert result.update.next_run == next_run
+
+
+def test_a_one_off_that_already_fired_is_not_planned_again() -> None:
+    task = make_task(timer_kind="once", timer="2026-01-05T12:00:00Z", last_fire=T0)
+    result = run_plan(task, at(30), timer=policy.timer_of(task))
+    assert result == Plan(policy.RowUpdate(next_run=None))
