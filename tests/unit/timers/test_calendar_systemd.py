@@ -18,6 +18,8 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
+from systemd_reference import Tally, zone_transitions
+from systemd_reference import compare as compare_with_systemd
 
 from celery_cronstore.errors import TimerSearchError, TimerSyntaxError
 from celery_cronstore.timers.calendar import CalendarTimer
@@ -357,10 +359,9 @@ def compare(expressions: list[str], tz: str, base: datetime) -> tuple[int, list[
             problems.append(f"{where}: systemd accepts, we reject")
             continue
         if theirs.search_failed:
-            # systemd gives up after 1000 steps on impossible dates (we say "never" or
-            # raise) and, in zones whose DST gap does not start on the hour (Chatham,
-            # Lord Howe, Sao Paulo's midnight gap), when its walk loops around the gap.
-            # There we return the first elapse after the gap; it must still move forward.
+            # systemd gives up after 1000 steps on impossible dates (we say "never") and
+            # where its walk loops around a DST gap. There we return the true next fire
+            # (celery_cronstore.timers.calendar.scan); it must still move forward.
             found = [e for e in elapses if e is not None]
             if found and (found != sorted(set(found)) or found[0] < base.replace(microsecond=0)):
                 problems.append(f"{where}: systemd gives up, ours go backwards: {elapses}")
@@ -397,3 +398,34 @@ def test_matches_systemd(tz: str) -> None:
         f"{len(DIVERGENCES)} systemd give-ups so far"
     )
     assert not problems, f"{len(problems)} mismatches:\n" + "\n".join(problems[:25])
+
+
+# Issue 13: zones with negative DST, gaps that are not a whole hour, midnight gaps, and
+# every-N-hours / every-N-months steps across each 2026 transition. A bounded sample
+# (a few seconds); benchmarks/calendar_differential.py runs 2026-2028 in full.
+ISSUE_13_ZONES = (
+    "Europe/Dublin",
+    "Africa/Casablanca",
+    "Pacific/Chatham",
+    "Australia/Lord_Howe",
+    "Europe/London",
+    "America/New_York",
+    "America/Santiago",
+    "Europe/Kyiv",
+)
+_STEPS = tuple(
+    [f"*-*-* {s}/{n}:00" for n in (2, 3, 5, 7, 12) for s in range(min(n, 3))]
+    + [f"*-{s}/{n}-01" for n in (2, 5) for s in (1, 2)]
+    + ["hourly", "daily", "*:20/30", "*:5/50", "*:7/49", "*-*-* 00:30", "*-*-* 0..3:0/20"]
+)
+
+
+@pytest.mark.parametrize("tz", ISSUE_13_ZONES)
+def test_matches_systemd_across_transitions(tz: str) -> None:
+    tally = Tally()
+    for moment in zone_transitions(tz, range(2026, 2027)):
+        for base in (moment - timedelta(hours=3), moment - timedelta(seconds=1)):
+            tally.add(compare_with_systemd(list(_STEPS), tz, base))
+    problems = tally.disagreements + tally.gave_up_problems
+    assert tally.elapses > 0
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:25])
