@@ -12,37 +12,89 @@ _DEFAULT_URL = "sqlite:///celerybeat-cronstore.sqlite"
 
 @dataclass(frozen=True)
 class Config:
-    """celery-cronstore's settings (each is ``app.conf.cronstore_<name>``)."""
+    """celery-cronstore's settings (each is ``app.conf.cronstore_<name>``).
 
-    #: SQLAlchemy URL of the store. Default: a SQLite file in the working directory.
-    url: str = _DEFAULT_URL
-    #: Extra keyword arguments for ``sqlalchemy.create_engine``.
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    #: Longest beat sleeps between two looks at the database (seconds): edits made by raw
-    #: SQL, disables and removals are seen within this time.
-    poll_interval: float = 5.0
-    #: How long a claim may stay unpublished before another beat re-publishes it (seconds).
-    lease: float = 30.0
-    #: Most due rows claimed in one transaction.
-    batch_size: int = 500
-    #: Create the schema at beat start when the store is SQLite (the embedded default).
-    auto_migrate_sqlite: bool = True
-    #: Sync ``beat_schedule`` entries into the store at beat start (removing stale ones).
-    sync_beat_schedule: bool = True
-    #: CronTask: slack (seconds) allowed before ``last_run + interval`` (early-drop rule).
-    tolerance: float = 5.0
-    #: Task names (or prefixes ending in ``.`` or ``*``) beat may send; empty: any.
-    task_allowlist: tuple[str, ...] = ()
-    #: Beat sends only tasks registered in its app (as a worker would import them); a row
-    #: naming another task is put in error. ``False``: send any name (``send_task``), e.g.
-    #: when the tasks live only in another service's workers.
-    require_registered: bool = True
-    #: Lateness (seconds) under which a fire counts as on time for the ``skip`` policy.
-    misfire_grace: float = 30.0
-    #: CronTask fires only: seconds a published fire may wait for its run to start before
-    #: beat publishes it again under the same task id (a message the broker lost; the
-    #: guard starts one copy at most). At most 3 times per fire.
-    start_timeout: float = 300.0
+    Each field's ``metadata["help"]`` says what it does; ``docs/generate.py`` builds the
+    settings table of ``docs/configuration.md`` from it.
+    """
+
+    url: str = field(
+        default=_DEFAULT_URL,
+        metadata={
+            "help": "SQLAlchemy URL of the store. Default: a SQLite file in the working directory."
+        },
+    )
+    engine_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Extra keyword arguments for ``sqlalchemy.create_engine``."},
+    )
+    poll_interval: float = field(
+        default=5.0,
+        metadata={
+            "help": "Longest beat sleeps between two looks at the database (seconds): edits made by"
+            " raw SQL, disables and removals are seen within this time."
+        },
+    )
+    lease: float = field(
+        default=30.0,
+        metadata={
+            "help": "How long a claim may stay unpublished before another beat re-publishes it"
+            " (seconds)."
+        },
+    )
+    batch_size: int = field(
+        default=500, metadata={"help": "Most due rows claimed in one transaction."}
+    )
+    auto_migrate_sqlite: bool = field(
+        default=True,
+        metadata={
+            "help": "Create the schema at beat start when the store is SQLite (the embedded"
+            " default)."
+        },
+    )
+    sync_beat_schedule: bool = field(
+        default=True,
+        metadata={
+            "help": "Sync ``beat_schedule`` entries into the store at beat start (removing stale"
+            " ones)."
+        },
+    )
+    tolerance: float = field(
+        default=5.0,
+        metadata={
+            "help": "CronTask: slack (seconds) allowed before ``last_run + interval`` (early-drop"
+            " rule)."
+        },
+    )
+    task_allowlist: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "Task names (or prefixes ending in ``.`` or ``*``) beat may send; empty: any."
+        },
+    )
+    require_registered: bool = field(
+        default=True,
+        metadata={
+            "help": "Beat sends only tasks registered in its app (as a worker would import them); a"
+            " row naming another task is put in error. ``False``: send any name"
+            " (``send_task``), e.g. when the tasks live only in another service's workers."
+        },
+    )
+    misfire_grace: float = field(
+        default=30.0,
+        metadata={
+            "help": "Lateness (seconds) under which a fire counts as on time for the ``skip``"
+            " policy."
+        },
+    )
+    start_timeout: float = field(
+        default=300.0,
+        metadata={
+            "help": "CronTask fires only: seconds a published fire may wait for its run to start"
+            " before beat publishes it again under the same task id (a message the broker"
+            " lost; the guard starts one copy at most). At most 3 times per fire."
+        },
+    )
 
     @classmethod
     def from_app(cls, app: Any) -> Config:
