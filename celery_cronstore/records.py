@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "EPOCH",
     "FIRE_STATES",
     "MISFIRE_POLICIES",
     "OVERLAP_POLICIES",
+    "Beat",
     "Claim",
     "Fire",
     "PeriodicTask",
@@ -143,3 +144,13 @@ class Status:
     next_run: datetime | None
     last_run: datetime | None
     error: str | None
+
+
+class Beat(NamedTuple):
+    """One beat process as its heartbeats describe it."""
+
+    node: str
+    started_at: datetime
+    last_tick: datetime
+    #: Since when it has had due fires it could neither claim nor publish (``None``: ok).
+    stalled_since: datetime | None = None

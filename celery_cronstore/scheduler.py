@@ -8,6 +8,7 @@ Instead of Celery's heap of every entry, each tick asks the database one indexed
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -17,10 +18,12 @@ from datetime import datetime
 from typing import Any
 
 from celery import beat
+from kombu.exceptions import OperationalError
 from sqlalchemy.exc import SQLAlchemyError
 
 from celery_cronstore import faults
 from celery_cronstore.beat_schedule import timer_from_entry
+from celery_cronstore.calls import call_problem
 from celery_cronstore.config import Config
 from celery_cronstore.errors import CronstoreError, DuplicateTaskError, SchemaVersionError
 from celery_cronstore.publish import BoundRouter, publish
@@ -37,6 +40,8 @@ logger = logging.getLogger("celery.beat")
 HEARTBEAT_EVERY = 5.0
 #: Messages sent per broker batch.
 PUBLISH_CHUNK = 250
+#: Shortest and longest wait (seconds) when every due row is locked by another process.
+LOCKED_BACKOFF = (0.05, 0.2)
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
@@ -53,6 +58,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         self._started_at: datetime | None = None
         self._closed = False
         self._reported_errors: set[tuple[str, str]] = set()
+        #: Since when due work could not be done (``cronstore health``), and the current
+        #: wait while every due row is locked by someone else.
+        self._stalled_since: datetime | None = None
+        self._locked_out = 0.0
         # Celery builds the scheduler once with lazy=True for the banner: no I/O then.
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
@@ -116,7 +125,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             return self.claimer
         # No pre-ping for beat: a dead connection fails one tick, which backs off and
         # retries anyway, and a ping would cost every idle tick a round trip.
-        options = {"pool_pre_ping": False, **self.config.engine_options}
+        # A beat frozen mid-claim (SIGSTOP, a VM pause) must not hold its row locks past
+        # the lease: the server cuts its session off and the other replicas claim them.
+        options = {
+            "pool_pre_ping": False,
+            "session_timeout": self.config.lease / 2,
+            **self.config.engine_options,
+        }
         store = self.store or Store(self.config.url, **options)
         self.store = store
         if self.config.is_sqlite and self.config.auto_migrate_sqlite:
@@ -137,6 +152,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             misfire_grace=self.config.misfire_grace,
             allowlist=self.config.task_allowlist,
             task_check=self._unregistered if self.config.require_registered else None,
+            call_check=functools.partial(call_problem, self.app),
             start_timeout=self.config.start_timeout,
         )
         replanned = claimer.replan_errors()
@@ -149,56 +165,94 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
     def _tick(self, claimer: Claimer) -> float:
         if self._pending and not self._publish(claimer, self._pending):
             return self._backoff("broker", None)
-        if time.monotonic() >= self._next_housekeeping:
-            # Stale claims are taken over at start and every few seconds after.
-            assert self._started_at is not None
-            claimer.heartbeat(self._started_at)
-            unstarted = claimer.redeliver_unstarted()
-            if unstarted:
-                logger.warning(
-                    "beat: %d CronTask fire(s) not started %gs after publishing; "
-                    "publishing again under the same task id",
-                    unstarted,
-                    self.config.start_timeout,
-                )
-            reclaimed = claimer.reclaim_expired()
-            if reclaimed:
-                logger.warning(
-                    "beat: re-publishing %d claim(s) whose lease ran out", len(reclaimed)
-                )
-                if not self._publish(claimer, reclaimed):
-                    return self._backoff("broker", None)
-            self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
+        if time.monotonic() >= self._next_housekeeping and not self._housekeeping(claimer):
+            return self._backoff("broker", None)
         now, earliest = claimer.peek()
-        if earliest is not None and earliest <= now:
-            result = claimer.claim_due()
-            self._report(result.errors)
-            faults.hit("after_claim")
-            if result.claims and not self._publish(claimer, result.claims):
-                return self._backoff("broker", None)
-            if result.rows:
-                return 0.0  # more may be due: look again at once
-        if earliest is None:
-            return self.config.poll_interval
-        return max(0.0, min(self.config.poll_interval, (earliest - now).total_seconds()))
+        if earliest is None or earliest > now:
+            self._progress(None)
+            wait = (
+                self.config.poll_interval if earliest is None else (earliest - now).total_seconds()
+            )
+            return max(0.0, min(self.config.poll_interval, wait))
+        result = claimer.claim_due()
+        self._report(result.errors)
+        faults.hit("after_claim")
+        if result.claims and not self._publish(claimer, result.claims):
+            self._progress(now)
+            return self._backoff("broker", None)
+        if result.rows:
+            self._progress(None)
+            return 0.0  # more may be due: look again at once
+        # Due rows exist but another process holds every one of them (a beat mid-claim,
+        # or frozen until its session is cut off): wait a little instead of spinning.
+        self._progress(now)
+        self._locked_out = min(LOCKED_BACKOFF[1], max(LOCKED_BACKOFF[0], self._locked_out * 2))
+        return self._locked_out
+
+    def _progress(self, stuck_at: datetime | None) -> None:
+        """Note whether this tick could do the due work (``None``) or not (since when)."""
+        if stuck_at is None:
+            self._stalled_since = None
+            self._locked_out = 0.0
+        elif self._stalled_since is None:
+            self._stalled_since = stuck_at
+
+    def _housekeeping(self, claimer: Claimer) -> bool:
+        """Heartbeat, hand back lost deliveries, take over lapsed leases (every few s)."""
+        assert self._started_at is not None
+        claimer.heartbeat(self._started_at, self._stalled_since)
+        unstarted = claimer.redeliver_unstarted()
+        if unstarted:
+            logger.warning(
+                "beat: %d CronTask fire(s) not started %gs after publishing; "
+                "publishing again under the same task id",
+                unstarted,
+                self.config.start_timeout,
+            )
+        reclaimed = claimer.reclaim_expired()
+        self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
+        if reclaimed:
+            logger.warning("beat: re-publishing %d claim(s) whose lease ran out", len(reclaimed))
+            return self._publish(claimer, reclaimed)
+        return True
 
     def _publish(self, claimer: Claimer, claims: list[Claim]) -> bool:
-        """Publish claims in order; keep the unsent ones pending. Return whether all went."""
+        """Publish claims in order; keep the unsent ones pending. Return whether all went.
+
+        Only the broker's connection and channel errors hold claims back (they are sent
+        again, same task ids, once it is back). Anything else raised for one message (a
+        row whose message cannot be built) drops that fire and puts its task in error
+        with the reason: the rest of the batch goes out.
+        """
         sent: list[Claim] = []
+        failed: list[tuple[Claim, str]] = []
+        done = 0
         try:
             producer = self.producer
+            broker_errors = self._broker_errors()
             batch = getattr(producer, "batch", None)
             router = BoundRouter(self.app, producer.channel)
             for start in range(0, len(claims), PUBLISH_CHUNK):
+                done = start
                 chunk = claims[start : start + PUBLISH_CHUNK]
+                went: list[Claim] = []
                 # kombu >= 5.7 pipelines a batch (Redis: one round trip instead of one per
                 # message); a failed flush leaves the whole chunk pending, same task ids.
                 with batch(max_size=PUBLISH_CHUNK) if batch else contextlib.nullcontext():
                     for claim in chunk:
-                        self._send(claim, producer, router)
-                sent.extend(chunk)
+                        try:
+                            self._send(claim, producer, router)
+                        except broker_errors:
+                            raise
+                        except Exception as exc:
+                            failed.append((claim, _unsendable(exc)))
+                        else:
+                            went.append(claim)
+                sent.extend(went)
+            done = len(claims)
         except Exception as exc:  # broker errors come in many types; none may kill beat
-            self._pending = list(claims[len(sent) :])
+            lost = {c.task_id for c, _ in failed}
+            self._pending = [c for c in claims[done:] if c.task_id not in lost]
             logger.error(
                 "beat: publishing failed (%s); %d fire(s) wait",
                 self._scrub(exc),
@@ -206,13 +260,31 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             )
             self.__dict__.pop("producer", None)
             self.__dict__.pop("connection", None)
-            if sent:
-                claimer.mark_published(sent, self._watched)
+            self._record_sent(claimer, sent, failed)
             return False
         self._pending = []
         faults.hit("after_publish")
-        claimer.mark_published(sent, self._watched)
+        self._record_sent(claimer, sent, failed)
         return True
+
+    def _record_sent(
+        self, claimer: Claimer, sent: list[Claim], failed: list[tuple[Claim, str]]
+    ) -> None:
+        if sent:
+            claimer.mark_published(sent, self._watched)
+        if failed:
+            claimer.drop(failed)
+            self._report([(claim.name, reason) for claim, reason in failed])
+
+    def _broker_errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions that mean "the broker is unavailable" (not "this message is bad")."""
+        connection = self.connection
+        return (
+            OperationalError,
+            OSError,
+            *getattr(connection, "connection_errors", ()),
+            *getattr(connection, "channel_errors", ()),
+        )
 
     def _watched(self, claim: Claim) -> bool:
         """Whether the ledger will see this fire start (a CronTask records its start)."""
@@ -313,6 +385,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             changed.update(timer=str(timer), kind=timer.kind, tz=timer.tz_name)
         if changed:
             store.update(name, **changed)
+
+
+def _unsendable(exc: BaseException) -> str:
+    return (
+        f"the message could not be built ({type(exc).__name__}: {_first_line(exc)}); "
+        "fix the row with cronstore edit"
+    )
 
 
 def _first_line(exc: BaseException) -> str:

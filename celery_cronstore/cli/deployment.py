@@ -1,5 +1,5 @@
 """The commands a deployment runs: migrate (at each release, before beat starts) and
-health (a liveness probe: did a beat tick lately)."""
+health (a liveness probe: did a beat tick lately, and can it do its work)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from celery_cronstore.cli.base import (
     Command,
     CommandError,
     emit_json,
+    get_app,
     get_settings,
     get_store,
 )
 from celery_cronstore.cli.group import cronstore
+from celery_cronstore.config import Config
+from celery_cronstore.policy import beat_health
 from celery_cronstore.store.migrate import head_revision
-from celery_cronstore.timers.once import format_instant
 
 __all__ = ["health", "migrate"]
 
@@ -52,7 +54,11 @@ def migrate(ctx: click.Context) -> None:
 )
 @click.pass_context
 def health(ctx: click.Context, max_age: float, host: str | None, this_host: bool) -> None:
-    """Exit 0 if a beat ticked within --max-age seconds, 1 otherwise (liveness probe)."""
+    """Exit 0 if a beat ticked within --max-age seconds and is not stalled, else 1.
+
+    Stalled: it has had due fires it could neither claim nor publish for longer than
+    the lease (``cronstore_lease``). A liveness probe for beat's container.
+    """
     if host is not None and this_host:
         raise BadInputError("give --host or --this-host, not both")
     if this_host:
@@ -60,21 +66,13 @@ def health(ctx: click.Context, max_age: float, host: str | None, this_host: bool
     store = get_store(ctx)
     beats = store.beats()
     if host is not None:
-        beats = [b for b in beats if b[0].startswith(f"{host}:")]
+        beats = [b for b in beats if b.node.startswith(f"{host}:")]
     now = store.now()
-    newest = beats[0] if beats else None
-    age = (now - newest[2]).total_seconds() if newest else None
-    healthy = age is not None and age <= max_age
-    where = f" on host {host}" if host is not None else ""
-    if newest is None:
+    lease = Config.from_app(get_app(ctx)).lease
+    healthy, reason = beat_health(beats, now, max_age=max_age, stall_limit=lease)
+    if not beats:
+        where = f" on host {host}" if host is not None else ""
         reason = f"unhealthy: no beat{where} has ever ticked in {store.url}"
-    elif healthy:
-        reason = f"healthy: beat {newest[0]} ticked {age:.1f}s ago (max {max_age:g}s)"
-    else:
-        reason = (
-            f"unhealthy: newest beat tick was {age:.1f}s ago (max {max_age:g}s), "
-            f"by {newest[0]} at {format_instant(newest[2])}"
-        )
     if get_settings(ctx).as_json:
         emit_json(
             {
@@ -82,7 +80,7 @@ def health(ctx: click.Context, max_age: float, host: str | None, this_host: bool
                 "reason": reason,
                 "now": now,
                 "max_age": max_age,
-                "beats": [{"node": n, "started_at": s, "last_tick": t} for n, s, t in beats],
+                "beats": [b._asdict() for b in beats],
             }
         )
         if not healthy:

@@ -26,6 +26,7 @@ from celery_cronstore.policy.fires import (
     plan,
     timer_of,
 )
+from celery_cronstore.policy.health import beat_health
 from celery_cronstore.policy.messages import (
     H_FIRE,
     H_INTERVAL,
@@ -70,6 +71,7 @@ __all__ = [
     "StartSnapshot",
     "allowed",
     "backlog",
+    "beat_health",
     "choose",
     "deadline",
     "decide_start",

@@ -13,7 +13,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
@@ -54,7 +54,8 @@ Running = tuple[datetime, str]
 
 def fire_task_id(periodic_task_id: int, name: str, fire_time: datetime) -> str:
     """Return the Celery task id of one fire: the same for every publish of it."""
-    return str(uuid.uuid5(_NAMESPACE, f"{periodic_task_id}/{name}/{fire_time.isoformat()}"))
+    instant = fire_time.astimezone(timezone.utc).isoformat()  # one id per instant
+    return str(uuid.uuid5(_NAMESPACE, f"{periodic_task_id}/{name}/{instant}"))
 
 
 def interval_after(timer: Timer | None, when: datetime) -> float | None:
@@ -298,7 +299,8 @@ def plan(
         entries.append(
             missed_entry(task, walk.first, last_missed, missed, why, node=node, capped=walk.capped)
         )
-    busy = running() if task.overlap_policy == "skip" else None
+    # The in-flight read runs only when a fire could be published, and at most once.
+    busy = _once(running) if task.overlap_policy == "skip" else _nothing
     for when in publish:
         claimed = Entry(
             periodic_task_id=task.id,
@@ -319,12 +321,12 @@ def plan(
                     f"deadline of {task.start_deadline:g}s",
                 )
             )
-        elif busy is not None:
+        elif (held := busy()) is not None:
             entries.append(
                 _refused(
                     claimed,
                     "skipped",
-                    f"not published: fire {busy[0].isoformat()} is still {busy[1]} "
+                    f"not published: fire {held[0].isoformat()} is still {held[1]} "
                     "(overlap policy skip)",
                 )
             )
@@ -333,6 +335,21 @@ def plan(
             claims.append(make_claim(task, when, claimed.task_id, claimed.attempts, timer))
     update = RowUpdate(next_run=walk.following, last_fire=walk.tail[-1], runs=len(claims))
     return Plan(update, entries, claims)
+
+
+def _once(read: Callable[[], Running | None]) -> Callable[[], Running | None]:
+    answers: list[Running | None] = []
+
+    def cached() -> Running | None:
+        if not answers:
+            answers.append(read())
+        return answers[0]
+
+    return cached
+
+
+def _nothing() -> Running | None:
+    return None
 
 
 def _refused(entry: Entry, state: str, reason: str) -> Entry:

@@ -235,8 +235,9 @@ def message_options(claim: Claim, *, guarded: bool) -> dict[str, Any]:
     options["serializer"] = MESSAGE_SERIALIZER
     if claim.expires is not None and not guarded:
         options["expires"] = claim.expires
-    if guarded and claim.interval and "soft_time_limit" not in options:
-        options["soft_time_limit"] = claim.interval / 2
-        # The hard limit (the only one gevent enforces) kills at the next fire.
-        options.setdefault("time_limit", max(claim.interval, claim.interval / 2 + 1))
+    if guarded and claim.interval:
+        soft = options.setdefault("soft_time_limit", claim.interval / 2)
+        # The hard limit (the only one gevent enforces) kills at the next fire, also when
+        # the row chose its own soft limit (never before that soft limit, though).
+        options.setdefault("time_limit", max(claim.interval, float(soft) + 1))
     return options

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import weakref
 from collections.abc import Callable
@@ -47,17 +48,24 @@ def redact(url: str | URL) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
-def create_store_engine(url: str, **options: Any) -> Engine:
+def create_store_engine(
+    url: str, *, session_timeout: float | None = None, **options: Any
+) -> Engine:
     """Create an engine for ``url`` with the settings the store relies on.
 
     SQLite gets ``BEGIN IMMEDIATE`` transactions (so a tick's read-then-claim is atomic
     across processes), WAL journaling and a busy timeout; an in-memory SQLite database is
-    shared by every connection of the engine.
+    shared by every connection of the engine. ``session_timeout`` (seconds; PostgreSQL and
+    MariaDB) bounds how long a session may sit in a transaction, wait for a lock or run a
+    statement: a process frozen mid-transaction is cut off and its row locks released.
     """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         options.setdefault("pool_pre_ping", True)
-        return _fork_safe(sa.create_engine(parsed, **options))
+        engine = sa.create_engine(parsed, **options)
+        if session_timeout is not None:
+            _limit_sessions(engine, session_timeout)
+        return _fork_safe(engine)
     memory = parsed.database in (None, "", ":memory:")
     connect_args = options.pop("connect_args", {})
     connect_args.setdefault("check_same_thread", False)
@@ -87,6 +95,35 @@ def create_store_engine(url: str, **options: Any) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+_PG_LIMITS = ("idle_in_transaction_session_timeout", "lock_timeout", "statement_timeout")
+
+
+def _limit_sessions(engine: Engine, seconds: float) -> None:
+    """Set the server's own limits on every new connection of ``engine`` (see above)."""
+    millis = max(1000, int(seconds * 1000))
+    whole = max(1, math.ceil(seconds))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        if engine.dialect.name == "postgresql":
+            for name in (
+                "idle_in_transaction_session_timeout",
+                "lock_timeout",
+                "statement_timeout",
+            ):
+                cursor.execute(f"SET SESSION {name} = {millis}")
+        else:
+            cursor.execute("SELECT VERSION()")
+            maria = "mariadb" in str(cursor.fetchone()[0]).lower()
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {whole}")
+            if maria:  # MySQL has neither; its max_execution_time covers SELECTs only
+                cursor.execute(f"SET SESSION idle_transaction_timeout = {whole}")
+                cursor.execute(f"SET SESSION max_statement_time = {seconds:g}")
+        cursor.close()
+        dbapi_conn.commit()
 
 
 def probe(engine: Engine) -> Dialect:

@@ -231,16 +231,19 @@ class LeaseKeeper:
             )
             return int(result.rowcount)
 
-    def heartbeat(self, started_at: datetime) -> datetime:
-        """Record that this beat ticked (for ``cronstore health``); return the db time."""
+    def heartbeat(self, started_at: datetime, stalled_since: datetime | None = None) -> datetime:
+        """Record that this beat ticked (for ``cronstore health``); return the db time.
+
+        ``stalled_since``: since when it has had due fires it could neither claim nor
+        publish (``None``: it keeps up).
+        """
         with self.db.begin() as conn:
             now = self.db.now(conn)
-            result = conn.execute(
-                sa.update(beat).where(beat.c.node == self.node).values(last_tick=now)
-            )
+            values = {"last_tick": now, "stalled_since": stalled_since}
+            result = conn.execute(sa.update(beat).where(beat.c.node == self.node).values(values))
             if result.rowcount == 0:
                 conn.execute(
-                    sa.insert(beat).values(node=self.node, started_at=started_at, last_tick=now)
+                    sa.insert(beat).values(node=self.node, started_at=started_at, **values)
                 )
         return now
 

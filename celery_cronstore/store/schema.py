@@ -96,4 +96,6 @@ beat = sa.Table(
     sa.Column("node", sa.String(200), primary_key=True),
     sa.Column("started_at", UTCDateTime, nullable=False),
     sa.Column("last_tick", UTCDateTime, nullable=False),
+    # Since when this beat has had due fires it could neither claim nor publish.
+    sa.Column("stalled_since", UTCDateTime, nullable=True),
 )

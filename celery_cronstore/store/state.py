@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from celery_cronstore.errors import TaskNotFoundError
 from celery_cronstore.policy import timer_of
-from celery_cronstore.records import Fire, PeriodicTask, Status
+from celery_cronstore.records import Beat, Fire, PeriodicTask, Status
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.rows import FIRE_COLUMNS, owner_values, to_fire, to_task
 from celery_cronstore.store.schema import beat, fire, periodic_task
@@ -132,10 +132,10 @@ class StoreReads:
             error=record.error,
         )
 
-    def beats(self) -> builtins.list[tuple[str, datetime, datetime]]:
-        """Return every beat that ever ticked: (node, started at, last tick), newest first."""
-        query = sa.select(beat.c.node, beat.c.started_at, beat.c.last_tick).order_by(
-            beat.c.last_tick.desc()
-        )
+    def beats(self) -> builtins.list[Beat]:
+        """Return every beat that ever ticked, newest tick first."""
+        query = sa.select(
+            beat.c.node, beat.c.started_at, beat.c.last_tick, beat.c.stalled_since
+        ).order_by(beat.c.last_tick.desc())
         with self.db.engine.connect() as conn:
-            return [(r.node, r.started_at, r.last_tick) for r in conn.execute(query)]
+            return [Beat(*row) for row in conn.execute(query)]

@@ -351,8 +351,11 @@ def test_beat_sends_a_crontask_with_its_time_box(env: Env, monkeypatch: pytest.M
     assert options["task_id"] == claim.task_id
     assert (options["soft_time_limit"], options["time_limit"]) == (30.0, 60.0)
     assert options["headers"]["cronstore_interval"] == 60.0
-    # An explicit soft limit in the periodic task's options wins.
+    # An explicit soft limit in the periodic task's options wins; the run still ends at
+    # the next fire (the hard limit), or one second after a longer soft limit.
     sent.clear()
     Scheduler._send(beat, replace(claim, options={"soft_time_limit": 5}), producer=None)
-    assert sent[0]["soft_time_limit"] == 5
-    assert "time_limit" not in sent[0]
+    assert (sent[0]["soft_time_limit"], sent[0]["time_limit"]) == (5, 60.0)
+    sent.clear()
+    Scheduler._send(beat, replace(claim, options={"soft_time_limit": 90}), producer=None)
+    assert (sent[0]["soft_time_limit"], sent[0]["time_limit"]) == (90, 91.0)

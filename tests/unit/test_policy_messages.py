@@ -63,11 +63,11 @@ def claim(**changes: Any) -> Claim:
             True,
             {"queue": "q", "soft_time_limit": 0.5, "time_limit": 1.5},
         ),
-        # A row's own soft limit wins, and then no hard limit is added.
+        # A row's own soft limit wins; the hard limit still ends the run at the next fire.
         (
             {"options": {"soft_time_limit": 5}},
             True,
-            {"soft_time_limit": 5},
+            {"soft_time_limit": 5, "time_limit": 60.0},
         ),
         (
             {"options": {"time_limit": 90}},
