@@ -163,8 +163,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         return claimer
 
     def _tick(self, claimer: Claimer) -> float:
-        if self._pending and not self._publish(claimer, self._pending):
-            return self._backoff("broker", None)
+        if self._pending:
+            # They waited for the broker: a task disabled meanwhile must not run.
+            self._pending = claimer.recheck(self._pending)
+            if not self._publish(claimer, self._pending):
+                return self._backoff("broker", None)
         if time.monotonic() >= self._next_housekeeping and not self._housekeeping(claimer):
             return self._backoff("broker", None)
         now, earliest = claimer.peek()
@@ -224,6 +227,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         row whose message cannot be built) drops that fire and puts its task in error
         with the reason: the rest of the batch goes out.
         """
+        if not claims:
+            self._pending = []
+            return True
         sent: list[Claim] = []
         failed: list[tuple[Claim, str]] = []
         done = 0

@@ -9,9 +9,9 @@ the Celery layer sends and runs it.
 from __future__ import annotations
 
 from celery_cronstore.policy.fires import (
-    BACKLOG_CAP,
     BEAT_IN_FLIGHT,
     STALE_RUNNING,
+    WALK_LIMIT,
     Backlog,
     Entry,
     Plan,
@@ -50,7 +50,6 @@ from celery_cronstore.policy.start import (
 )
 
 __all__ = [
-    "BACKLOG_CAP",
     "BEAT_IN_FLIGHT",
     "FINISH_STATES",
     "H_FIRE",
@@ -61,6 +60,7 @@ __all__ = [
     "RESERVED_HEADERS",
     "STALE_RUNNING",
     "STARTABLE",
+    "WALK_LIMIT",
     "WORKER_RUNNING",
     "Backlog",
     "Entry",

@@ -20,9 +20,9 @@ from celery_cronstore.records import EPOCH, Claim, PeriodicTask
 from celery_cronstore.timers import Timer, parse_timer
 
 __all__ = [
-    "BACKLOG_CAP",
     "BEAT_IN_FLIGHT",
     "STALE_RUNNING",
+    "WALK_LIMIT",
     "Backlog",
     "Entry",
     "Plan",
@@ -40,8 +40,9 @@ __all__ = [
 
 #: Namespace of the deterministic Celery task ids (uuid5 of task identity + fire time).
 _NAMESPACE = uuid.UUID("6f6b3d1e-4a43-4c8e-9d53-2f7d8a1c0b5e")
-#: Most grid points walked to count a backlog of missed fires.
-BACKLOG_CAP = 100_000
+#: Grid points of a backlog walked one by one; past that it is searched (O(1) in length).
+WALK_LIMIT = 1000
+_TICK = timedelta(microseconds=1)
 #: Ledger states that make beat's overlap policy ``skip`` hold back a new fire: claimed
 #: (about to be published) or running on a worker.
 BEAT_IN_FLIGHT = ("claimed", "started", "retrying")
@@ -151,11 +152,8 @@ class Backlog:
     count: int
     #: The first grid point after now (the task's next plan); ``None``: no further fire.
     following: datetime | None
-
-    @property
-    def capped(self) -> bool:
-        """Whether the walk stopped at :data:`BACKLOG_CAP` (the count is a lower bound)."""
-        return self.count >= BACKLOG_CAP
+    #: Whether ``count`` is exact (``False``: estimated over a long outage).
+    exact: bool = True
 
 
 def backlog(
@@ -166,25 +164,54 @@ def backlog(
     keep: int,
     taken: frozenset[datetime] = frozenset(),
 ) -> Backlog:
-    """Walk the grid from ``first`` up to ``now``: keep the last ``keep`` due points.
+    """Find the due grid points from ``first`` up to ``now``; keep the last ``keep``.
 
-    Points in ``taken`` (already in the ledger) are passed over, not counted. The walk
-    goes from each point to the next (never restarts from ``now``), so a wall time that
-    repeats in an autumn fold is planned once.
+    Points in ``taken`` (already in the ledger) are passed over, not counted. Up to
+    :data:`WALK_LIMIT` points are walked one by one (from each to the next, never
+    restarting from ``now``, so a wall time that repeats in an autumn fold is planned
+    once); past that, the newest points are found by searching back from ``now`` and the
+    ones in between are counted without walking (exactly for interval timers, estimated
+    from the walked spacing otherwise): the cost does not grow with the outage.
     """
     tail: deque[datetime] = deque(maxlen=keep)
-    count = 0
+    count = walked = 0
     start: datetime | None = None
     point: datetime | None = first
     while point is not None and point <= now:
-        if count >= BACKLOG_CAP:
-            return Backlog(start, list(tail), count, timer.next_after(now))
+        if walked >= WALK_LIMIT:
+            return _jump(timer, first, point, now, Backlog(start, list(tail), count, None), keep)
         if point not in taken:
             start = start or point
             tail.append(point)
             count += 1
+        walked += 1
         point = timer.next_after(point)
     return Backlog(start, list(tail), count, point)
+
+
+def _jump(
+    timer: Timer, first: datetime, point: datetime, now: datetime, walked: Backlog, keep: int
+) -> Backlog:
+    """Finish a long backlog: ``point`` (due) is the first grid point not walked."""
+    newest = timer.last_at_or_before(now) or point
+    recent: deque[datetime] = deque([newest], maxlen=keep)
+    while len(recent) < keep:
+        previous = timer.last_at_or_before(recent[0] - _TICK)
+        if previous is None or previous < point:
+            break
+        recent.appendleft(previous)
+    middle = timer.count_between(point - _TICK, recent[0] - _TICK, limit=WALK_LIMIT)
+    exact = middle is not None
+    if middle is None:  # spacing of the walked points, extrapolated over the gap
+        spacing = (point - first) / WALK_LIMIT
+        middle = round((recent[0] - point) / spacing)
+    return Backlog(
+        walked.first or point,
+        [*walked.tail, *recent][-keep:],
+        walked.count + middle + len(recent),
+        timer.next_after(newest),
+        exact,
+    )
 
 
 def choose(
@@ -211,10 +238,13 @@ def missed_entry(
     why: str,
     *,
     node: str | None = None,
-    capped: bool = False,
+    exact: bool = True,
 ) -> Entry:
-    """Return the one ledger entry that records ``count`` missed fires from first to last."""
-    at_least = "at least " if capped else ""
+    """Return the one ledger entry that records ``count`` missed fires from first to last.
+
+    ``exact``: whether ``count`` was counted (``False``: estimated, said "about").
+    """
+    about = "" if exact else "about "
     return Entry(
         periodic_task_id=task.id,
         fire_time=first,
@@ -225,7 +255,7 @@ def missed_entry(
         claimed_by=node,
         attempts=0,
         reason=(
-            f"{at_least}{count} fire(s) from {first.isoformat()} to {last.isoformat()} not "
+            f"{about}{count} fire(s) from {first.isoformat()} to {last.isoformat()} not "
             f"published: {why}"
         ),
     )
@@ -297,7 +327,7 @@ def plan(
         why = f"beat was not running or fell behind (misfire policy {task.misfire_policy})"
         last_missed = walk.tail[-len(publish) - 1]
         entries.append(
-            missed_entry(task, walk.first, last_missed, missed, why, node=node, capped=walk.capped)
+            missed_entry(task, walk.first, last_missed, missed, why, node=node, exact=walk.exact)
         )
     # The in-flight read runs only when a fire could be published, and at most once.
     busy = _once(running) if task.overlap_policy == "skip" else _nothing

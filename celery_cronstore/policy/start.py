@@ -14,7 +14,9 @@ In order, first match wins:
 5. overlap policy ``skip`` and a predecessor still running: **skipped**;
 6. a later fire of the task already started: **dropped** (superseded);
 7. ``now < last_run + gap - tolerance`` (``gap``: from the previous fire to this one, at
-   most the interval to the next): **dropped** (early);
+   most the interval to the next): **dropped** (early) — except under misfire policy
+   ``run_all``, whose user asked for every fire, backfilled ones back to back included
+   (the early rule is for accidental bunching; the time box still applies to each run);
 8. otherwise **started**.
 """
 
@@ -59,6 +61,7 @@ class StartSnapshot:
     enabled: bool
     start_deadline: float | None
     overlap_policy: str
+    misfire_policy: str
     last_run: datetime | None
     #: Seconds from this fire to the timer's next one (``None``: no next fire).
     interval: float | None
@@ -136,7 +139,7 @@ def decide_start(snap: StartSnapshot) -> StartDecision:
 
 
 def _early(snap: StartSnapshot) -> str | None:
-    if snap.interval is None or snap.last_run is None:
+    if snap.interval is None or snap.last_run is None or snap.misfire_policy == "run_all":
         return None
     # The gap that led up to THIS fire, not the one after it: they differ for irregular
     # timers (seconds 19, 20, 41: the on-time :20 run is not early).

@@ -124,6 +124,38 @@ class LeaseKeeper:
                 )
         return dropped
 
+    def recheck(self, claims: list[Claim]) -> list[Claim]:
+        """Return the claims whose task still exists and is enabled; drop the others.
+
+        Beat calls this before publishing claims that waited (a broker outage): a task
+        disabled or removed in the meantime must not run. Each dropped fire is recorded
+        with the reason.
+        """
+        if not claims:
+            return []
+        ids = sorted({c.periodic_task_id for c in claims})
+        with self.db.begin() as conn:
+            now = self.db.now(conn)
+            enabled: set[int] = set()
+            for start in range(0, len(ids), _IN_CHUNK):
+                query = sa.select(_PT.id).where(
+                    _PT.id.in_(ids[start : start + _IN_CHUNK]), _PT.enabled == sa.true()
+                )
+                enabled.update(conn.execute(query).scalars())
+            stale = [c.task_id for c in claims if c.periodic_task_id not in enabled]
+            for start in range(0, len(stale), _IN_CHUNK):
+                conn.execute(
+                    sa.update(fire)
+                    .where(_F.task_id.in_(stale[start : start + _IN_CHUNK]), _F.state == "claimed")
+                    .values(
+                        state="dropped",
+                        reason="not published: the task was disabled while the fire waited",
+                        lease_until=None,
+                        finished_at=now,
+                    )
+                )
+        return [c for c in claims if c.periodic_task_id in enabled]
+
     def redeliver_unstarted(self) -> int:
         """Hand back published fires whose start lease ran out without a start.
 
@@ -172,8 +204,10 @@ class LeaseKeeper:
             "lease_until": now + self.lease,
         }
         # The row may have been edited since the claim: never re-publish what beat would
-        # now refuse (another task name, unsafe options).
+        # now refuse (another task name, unsafe options), nor a fire of a disabled task.
         refused = self.refusal(task, row)
+        if refused is None and not task.enabled:
+            refused = "the task was disabled before its fire went out"
         if refused is not None:
             values.update(state="dropped", lease_until=None, reason=f"not re-published: {refused}")
         elif claim.expires is not None and now > claim.expires:

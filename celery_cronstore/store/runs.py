@@ -187,6 +187,7 @@ def _snapshot(
         enabled=task.enabled,
         start_deadline=task.start_deadline,
         overlap_policy=task.overlap_policy,
+        misfire_policy=task.misfire_policy,
         last_run=task.last_run,
         interval=interval,
         tolerance=float(task.tolerance) if task.tolerance is not None else float(tolerance),

@@ -271,7 +271,7 @@ class Store(StoreReads):
         if walk.first is None:
             return None
         why = f"the task was {why} before beat claimed them"
-        entry = missed_entry(task, walk.first, walk.tail[-1], walk.count, why, capped=walk.capped)
+        entry = missed_entry(task, walk.first, walk.tail[-1], walk.count, why, exact=walk.exact)
         with contextlib.suppress(IntegrityError), conn.begin_nested():
             conn.execute(sa.insert(fire).values(**entry.row()))
         return walk.tail[-1]

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from celery_cronstore.errors import TimerSyntaxError
+from celery_cronstore.errors import TimerSearchError, TimerSyntaxError
 
-__all__ = ["KINDS", "Timer", "fires", "require_aware", "resolve_zone"]
+__all__ = ["KINDS", "LOOKBACK", "Timer", "fires", "require_aware", "resolve_zone"]
 
 KINDS = ("calendar", "cron", "interval", "once")
+#: How far back :meth:`Timer.last_at_or_before` looks for a fire (ten years and a bit:
+#: a leap-day timer fires every four, sometimes eight, years).
+LOOKBACK = timedelta(days=3700)
+#: Bound on the forward jumps of that search (it needs about two per doubling).
+_SEARCH_STEPS = 2000
+_TICK = timedelta(microseconds=1)
 
 
 class Timer(abc.ABC):
@@ -52,6 +58,52 @@ class Timer(abc.ABC):
         ``last_fire`` is the task's newest fire time, if any.
         """
         return self.next_after(now)
+
+    def last_at_or_before(self, instant: datetime) -> datetime | None:
+        """Return the newest fire time at or before ``instant``, or ``None``.
+
+        Found without walking from the past: windows ending at ``instant`` double from
+        one second until one holds a fire; from that fire, forward jumps that double
+        while they land at or before ``instant`` (and halve when they overshoot) reach
+        the newest one in a few dozen steps, however dense the grid. Fires older than
+        :data:`LOOKBACK` are not looked for. Subclasses with arithmetic grids answer
+        directly.
+        """
+        instant = require_aware(instant)
+        floor: datetime | None = None
+        span = timedelta(seconds=1)
+        while floor is None and span <= LOOKBACK:
+            point = self.next_after(instant - span - _TICK)
+            if point is not None and point <= instant:
+                floor = point
+            span *= 2
+        if floor is None:
+            return None
+        jump = timedelta(seconds=1)
+        for _ in range(_SEARCH_STEPS):
+            following = self.next_after(floor)
+            if following is None or following > instant:
+                return floor
+            floor = following
+            probe = self.next_after(floor + jump)
+            if probe is not None and probe <= instant:
+                floor, jump = probe, jump * 2
+            else:
+                jump = max(jump / 2, _TICK)
+        raise TimerSearchError(
+            f"no answer for the newest fire at or before {instant.isoformat()} after "
+            f"{_SEARCH_STEPS} steps ({self!r})"
+        )
+
+    def count_between(self, after: datetime, until: datetime, *, limit: int) -> int | None:
+        """Return how many fires lie in ``(after, until]``; ``None`` if more than ``limit``.
+
+        Subclasses with arithmetic grids count any number exactly.
+        """
+        count = 0
+        for _ in fires(self, after, until=until, limit=limit + 1):
+            count += 1
+        return count if count <= limit else None
 
     def _key(self) -> tuple[str, str, str]:
         return (self.kind, str(self), self.tz_name)

@@ -206,6 +206,23 @@ class IntervalTimer(Timer):
         except OverflowError:  # past datetime.max: no representable future fire
             return None
 
+    def last_at_or_before(self, instant: datetime) -> datetime | None:
+        """Return the newest ``origin + k * period`` at or before ``instant`` (arithmetic)."""
+        moment = require_aware(instant)
+        if moment < self._origin:
+            return None
+        return self._origin + ((moment - self._origin) // self._period) * self._period
+
+    def count_between(self, after: datetime, until: datetime, *, limit: int) -> int | None:
+        """Return how many grid points lie in ``(after, until]``, exactly (``limit`` unused)."""
+        start, end = require_aware(after), require_aware(until)
+        if end <= start or end < self._origin:
+            return 0
+        first = self.next_after(start)
+        if first is None or first > end:
+            return 0
+        return int((end - first) // self._period) + 1
+
     def matches(self, instant: datetime) -> bool:
         """Return whether ``instant`` lies on the grid, at or after the origin."""
         moment = require_aware(instant)

@@ -352,3 +352,43 @@ def test_no_redelivery_once_the_fire_started(store: Store, clock: FrozenClock) -
     clock.set(at(100))
     assert claimer.redeliver_unstarted() == 0
     assert claimer.reclaim_expired() == []
+
+
+def test_a_lapsed_claim_of_a_disabled_task_is_dropped_not_republished(
+    store: Store, clock: FrozenClock
+) -> None:
+    """Regression: a second beat re-published a dead beat's claim after the task's disable
+    had committed (the plain task ran 5.9 s after its disable)."""
+    store.add("a", task="t.a", timer="*:*:0/10")
+    clock.set(at(10))
+    (claim,) = Claimer(store, "dead", lease=5).claim_due().claims
+    store.disable("a")
+    clock.set(at(20))
+    assert Claimer(store, "alive", lease=5).reclaim_expired() == []
+    fire = store.fire_by_task_id(claim.task_id)
+    assert fire is not None
+    assert (fire.state, fire.reason) == (
+        "dropped",
+        "not re-published: the task was disabled before its fire went out",
+    )
+
+
+def test_claims_that_waited_for_the_broker_are_checked_again(
+    store: Store, clock: FrozenClock
+) -> None:
+    """Regression: fires a beat held while Redis was down were published after the task's
+    disable or removal had committed."""
+    store.add("kept", task="t.a", timer="*:*:0/10")
+    store.add("off", task="t.a", timer="*:*:0/10")
+    store.add("gone", task="t.a", timer="*:*:0/10")
+    clock.set(at(10))
+    claimer = Claimer(store, "b1")
+    claims = claimer.claim_due().claims
+    store.disable("off")
+    store.remove("gone")
+    assert [c.name for c in claimer.recheck(claims)] == ["kept"]
+    (off,) = [c for c in claims if c.name == "off"]
+    fire = store.fire_by_task_id(off.task_id)
+    assert fire is not None
+    assert fire.state == "dropped"
+    assert fire.reason == "not published: the task was disabled while the fire waited"

@@ -106,6 +106,21 @@ def test_a_run_records_start_node_and_result(env: Env) -> None:
     assert (status.state, status.last_run, status.node) == ("succeeded", at(62), fire.node)
 
 
+def test_run_all_backfill_runs_every_missed_fire_each_time_boxed(env: Env) -> None:
+    """Regression: after a 60-s outage of a 10-s timer under run_all, beat sent the 6
+    missed fires and the guard ran one and dropped five as "early"."""
+    env.store.add("burst", task="tests.poll", timer="every 10s", misfire_policy="run_all")
+    env.clock.set(at(70))  # due since 10: 10, 20, ..., 70
+    result = env.claimer.claim_due()
+    env.claimer.mark_published(result.claims)
+    assert [c.fire_time for c in result.claims] == [at(s) for s in range(10, 71, 10)]
+    for offset, claim in enumerate(result.claims):  # back to back on one worker
+        assert env.deliver(claim, at_time=at(70 + offset * 0.5)).state == "SUCCESS"
+    assert len(env.calls) == 7
+    assert all(call["deadline"] is not None for call in env.calls)  # each one time-boxed
+    assert [env.fire(c).state for c in result.claims] == ["succeeded"] * 7
+
+
 def test_an_early_run_is_dropped_and_recorded(env: Env) -> None:
     env.add()
     first = env.claim(at(60))

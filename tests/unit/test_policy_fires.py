@@ -10,16 +10,16 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from timeline import T0, at
 
 from celery_cronstore import policy
-from celery_cronstore.policy import BACKLOG_CAP, Entry, Plan, Running, backlog, choose, plan
+from celery_cronstore.policy import WALK_LIMIT, Entry, Plan, Running, backlog, choose, plan
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
-from celery_cronstore.timers import Timer, parse_timer
+from celery_cronstore.timers import IntervalTimer, Timer, parse_timer
 
 NODE = "beat-1"
 LEASE = timedelta(seconds=30)
@@ -146,24 +146,46 @@ def test_backlog_counts_and_keeps_the_tail(
     first: datetime, now: datetime, keep: int, count: int, tail: list[datetime]
 ) -> None:
     walk = backlog(EVERY_MINUTE, first, now, keep=keep)
-    assert (walk.first, walk.count, walk.tail, walk.capped) == (first, count, tail, False)
+    assert (walk.first, walk.count, walk.tail, walk.exact) == (first, count, tail, True)
 
 
-def test_backlog_is_capped() -> None:
+@pytest.mark.parametrize("days", [1, 30, 365])
+def test_a_long_backlog_costs_the_same_and_finds_the_true_newest_point(days: int) -> None:
+    """An outage of any length: the newest due point is now's, every point is counted."""
     every_second = parse_timer("every 1s")
-    first = T0 - timedelta(seconds=2 * BACKLOG_CAP)
-    walk = backlog(every_second, first, T0, keep=2)
-    assert walk.count == BACKLOG_CAP
-    assert walk.capped
-    # The walk stopped at the cap: the tail is the last point it reached, not ``now``.
-    last = first + timedelta(seconds=BACKLOG_CAP - 1)
-    assert walk.tail == [last - timedelta(seconds=1), last]
+    assert isinstance(every_second, IntervalTimer)
+    first = T0 - timedelta(days=days)
+    calls = 0
+    real = every_second.next_after
+
+    class Counting(IntervalTimer):
+        def next_after(self, after: datetime) -> datetime | None:
+            nonlocal calls
+            calls += 1
+            return real(after)
+
+    counting = Counting(every_second.period, every_second.origin, timezone.utc, "UTC")
+    walk = backlog(counting, first, T0, keep=2)
+    assert walk.tail == [T0 - timedelta(seconds=1), T0]
+    assert walk.following == T0 + timedelta(seconds=1)
+    assert (walk.count, walk.exact) == (days * 86400 + 1, True)
+    assert calls < WALK_LIMIT + 50  # not one call per grid point of the outage
+
+
+def test_a_long_cron_backlog_estimates_its_count_and_says_so() -> None:
+    every_minute = parse_timer("* * * * *")
+    first = T0 - timedelta(days=80)
+    walk = backlog(every_minute, first, T0, keep=2)
+    assert walk.tail == [T0 - timedelta(minutes=1), T0]
+    assert walk.following == T0 + timedelta(minutes=1)
+    assert not walk.exact
+    assert walk.count == 80 * 1440 + 1  # the spacing is regular: the estimate is exact
 
 
 def test_backlog_of_a_timer_without_further_fires() -> None:
     once = parse_timer("2026-01-05T12:00:00Z")
     walk = backlog(once, T0, minutes(90), keep=3)
-    assert (walk.first, walk.tail, walk.count, walk.capped) == (T0, [T0], 1, False)
+    assert (walk.first, walk.tail, walk.count, walk.exact) == (T0, [T0], 1, True)
 
 
 # -- task ids -------------------------------------------------------------------------------
@@ -350,14 +372,26 @@ def test_a_late_row_follows_its_misfire_policy(
         )
 
 
-def test_a_capped_backlog_is_reported_as_a_lower_bound() -> None:
+def test_a_long_backlog_publishes_the_true_newest_point() -> None:
+    """Regression: after 3 days of a 1-s timer the old walk stopped at 100,000 points and
+    published a fire hours old as the newest; 160,000 points went unrecorded."""
     task = make_task(timer="every 1s", next_run=T0 - timedelta(days=3))
     result = run_plan(task, T0, timer=parse_timer("every 1s"))
     (missed, claimed) = result.entries
-    assert (missed.state, missed.fire_count) == ("missed", BACKLOG_CAP - 1)
+    assert (missed.state, missed.fire_count) == ("missed", 3 * 86400)
+    assert missed.fire_until == T0 - timedelta(seconds=1)
     assert missed.reason is not None
-    assert missed.reason.startswith(f"at least {BACKLOG_CAP - 1} fire(s) from ")
-    assert claimed.state == "claimed"
+    assert missed.reason.startswith(f"{3 * 86400} fire(s) from ")
+    assert (claimed.state, claimed.fire_time) == ("claimed", T0)
+
+
+def test_an_estimated_backlog_says_about() -> None:
+    task = make_task(timer="* * * * *", next_run=T0 - timedelta(days=80))
+    result = run_plan(task, T0, timer=parse_timer("* * * * *"))
+    (missed, claimed) = result.entries
+    assert missed.reason is not None
+    assert missed.reason.startswith(f"about {80 * 1440} fire(s) from ")
+    assert claimed.fire_time == T0
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,7 @@ def snapshot(reads: Reads, **changes: Any) -> StartSnapshot:
         enabled=True,
         start_deadline=None,
         overlap_policy="allow",
+        misfire_policy="run_once",
         last_run=EARLIER + timedelta(seconds=2),
         interval=60.0,
         tolerance=5.0,
@@ -215,6 +216,17 @@ TABLE: list[tuple[str, dict[str, Any], dict[str, Any], str, str | None, list[str
         "early: started at 2026-01-05T12:00:02+00:00, before last run "
         "2026-01-05T11:59:30+00:00 + interval 60s - tolerance 5s = 2026-01-05T12:00:25+00:00",
         ["later_started", "previous_fire"],
+    ),
+    # ... but not under misfire policy run_all: the user asked for every fire, backfilled
+    # ones back to back included (regression: a 60-s outage of a 10-s timer sent 6 fires
+    # and the guard ran one of them).
+    (
+        "run-all-backfill-is-not-early",
+        {"last_run": at(-30), "misfire_policy": "run_all"},
+        {},
+        "started",
+        None,
+        ["later_started"],
     ),
     (
         "early-boundary-is-on-time",  # now == last_run + interval - tolerance
