@@ -160,7 +160,23 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             logger.info("beat: checking %d periodic task(s) in error again", replanned)
         self.claimer = claimer
         logger.info("beat: cronstore %s ready as %s", self._url, self.node)
+        if self.config.is_sqlite:
+            self._warn_shared_sqlite(store, claimer, self._started_at)
         return claimer
+
+    def _warn_shared_sqlite(self, store: Store, claimer: Claimer, started_at: datetime) -> None:
+        """Say so at start when another live beat uses the same SQLite file."""
+        now = claimer.heartbeat(started_at)
+        window = 3 * HEARTBEAT_EVERY
+        for other in store.beats():
+            if other.node != self.node and (now - other.last_tick).total_seconds() <= window:
+                logger.warning(
+                    "beat: another beat (%s) uses this SQLite store: several beats on one "
+                    "SQLite file serialize on its write lock, and a frozen one stops them "
+                    "all; HA needs PostgreSQL or MariaDB",
+                    other.node,
+                )
+                return
 
     def _tick(self, claimer: Claimer) -> float:
         if self._pending:
