@@ -88,6 +88,9 @@ fire = sa.Table(
     sa.UniqueConstraint("periodic_task_id", "fire_time", name="uq_cronstore_fire_task_time"),
     sa.UniqueConstraint("task_id", name="uq_cronstore_fire_task_id"),
     sa.Index("ix_cronstore_fire_lease", "state", "lease_until"),
+    # What the overlap checks and the guard ask of one task ("is a fire of it in flight?"),
+    # answered from a few index entries however long its history (migration 0004).
+    sa.Index("ix_cronstore_fire_task_state", "periodic_task_id", "state", "fire_time"),
 )
 
 beat = sa.Table(

@@ -7,7 +7,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,6 +19,7 @@ from celery_cronstore.records import EPOCH, PeriodicTask
 from celery_cronstore.store import migrate
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.engine import Clock, Dialect, create_store_engine, redact
+from celery_cronstore.store.retention import PRUNE_BATCH, REMOVE_BATCH, Pruner, delete_history
 from celery_cronstore.store.rows import (
     check_text,
     check_values,
@@ -284,21 +285,62 @@ class Store(StoreReads):
         """Disable a periodic task; no fire is claimed for it after this commits."""
         return self.update(name, enabled=False)
 
-    def remove(self, name: str) -> None:
-        """Remove a periodic task and its ledger (:class:`TaskNotFoundError` if none)."""
-        with self.begin() as conn:
-            row = self._row(conn, name)
-            conn.execute(sa.delete(fire).where(fire.c.periodic_task_id == row.id))
-            conn.execute(sa.delete(periodic_task).where(_PT.id == row.id))
+    def remove(self, name: str, *, batch: int = REMOVE_BATCH) -> None:
+        """Remove a periodic task and its ledger (:class:`TaskNotFoundError` if none).
 
-    def remove_owned_by(self, owner_type: str, owner_id: Any) -> int:
-        """Remove every periodic task of an owner; return how many were removed."""
+        The task is disabled first (one short transaction: no fire is claimed for it
+        after that commits), then its ledger is deleted oldest first, ``batch`` rows per
+        transaction, and the row itself goes last. A delivery of one of its fires finds
+        no ledger row and the guard does not run it. Interrupted, it leaves the task
+        disabled with part of its history: removing it again finishes the job.
+        """
+        with self.begin() as conn:
+            task_id = self._row(conn, name).id
+            self._stop(conn, [task_id])
+        delete_history(self.db, task_id, batch=batch)
+        with self.begin() as conn:
+            conn.execute(sa.delete(fire).where(fire.c.periodic_task_id == task_id))
+            conn.execute(sa.delete(periodic_task).where(_PT.id == task_id))
+
+    def remove_owned_by(self, owner_type: str, owner_id: Any, *, batch: int = REMOVE_BATCH) -> int:
+        """Remove every periodic task of an owner; return how many were removed.
+
+        As :meth:`remove`: the tasks are disabled in one transaction, their ledgers
+        deleted ``batch`` rows per transaction, and the rows go last.
+        """
         cols = owner_values((owner_type, owner_id))
         where = (_PT.owner_type == cols["owner_type"], _PT.owner_id == cols["owner_id"])
         with self.begin() as conn:
-            ids = sa.select(_PT.id).where(*where).scalar_subquery()
-            conn.execute(sa.delete(fire).where(fire.c.periodic_task_id.in_(ids)))
+            ids = builtins.list(conn.execute(sa.select(_PT.id).where(*where)).scalars())
+            self._stop(conn, ids)
+        for task_id in ids:
+            delete_history(self.db, task_id, batch=batch)
+        with self.begin() as conn:
+            owned = sa.select(_PT.id).where(*where).scalar_subquery()
+            conn.execute(sa.delete(fire).where(fire.c.periodic_task_id.in_(owned)))
             return conn.execute(sa.delete(periodic_task).where(*where)).rowcount
+
+    def _stop(self, conn: sa.Connection, ids: builtins.list[int]) -> None:
+        """Disable rows about to be removed, so no beat claims them meanwhile."""
+        now = self.now(conn)
+        for start in range(0, len(ids), 1000):
+            conn.execute(
+                sa.update(periodic_task)
+                .where(_PT.id.in_(ids[start : start + 1000]))
+                .values(enabled=False, next_run=None, updated_at=now, version=_PT.version + 1)
+            )
+
+    def prune(
+        self, older_than: timedelta | None, *, dry_run: bool = False, batch: int = PRUNE_BATCH
+    ) -> dict[str, int]:
+        """Delete ledger rows whose fire is older than ``older_than``; return counts per state.
+
+        Never deleted: fires in flight, each task's newest fire and what the guard still
+        reads (:mod:`celery_cronstore.policy.retention`). One pass over the old rows,
+        ``batch`` rows per transaction. ``dry_run`` deletes nothing and returns what
+        would go; ``None`` keeps everything.
+        """
+        return Pruner(self.db, batch=batch).run(older_than, dry_run=dry_run)
 
     def disable_owned_by(self, owner_type: str, owner_id: Any) -> int:
         """Disable every periodic task of an owner; return how many were enabled before."""

@@ -1,0 +1,208 @@
+"""Bounded history: prune the fire ledger and delete a removed task's rows in batches.
+
+Every write here is one short transaction over at most ``batch`` rows, so neither beat's
+claims (SQLite: the one write lock) nor a worker's start ever waits behind a long delete.
+What may be deleted is :mod:`celery_cronstore.policy.retention`'s rule; this module reads
+the rows it needs and deletes what the rule returns.
+
+A prune *pass* walks the ledger in primary-key order from its oldest row. Rows are
+inserted when their fire is claimed or recorded, so key order is write order, and a
+batch whose every row fires after the cutoff means the rest of the table was written
+after it too: the pass ends there. No index on the fire time is needed (each extra index
+on the ledger costs every claim, publish and start). A row recorded late for an old fire
+time (a backfilled missed range) goes in the first pass that reaches it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from celery_cronstore.policy import retention as rule
+from celery_cronstore.store.db import Database
+from celery_cronstore.store.schema import fire
+from celery_cronstore.store.types import UTCDateTime
+
+__all__ = ["PRUNE_BATCH", "REMOVE_BATCH", "PruneStep", "Pruner", "delete_history"]
+
+#: Ledger rows read (and at most deleted) by one prune transaction.
+PRUNE_BATCH = 1000
+#: Ledger rows deleted by one transaction when a task is removed.
+REMOVE_BATCH = 5000
+#: Most ids in one ``IN (...)`` list.
+_IN_CHUNK = 1000
+
+_F = fire.c
+_oldest = sa.type_coerce(sa.func.min(_F.fire_time), UTCDateTime())
+
+
+@dataclass(frozen=True)
+class PruneStep:
+    """What one prune batch did."""
+
+    #: Rows deleted (with ``dry_run``: that would be deleted), per ledger state.
+    counts: dict[str, int] = field(default_factory=dict)
+    #: Rows read.
+    scanned: int = 0
+    #: Whether this batch ended the pass (the next one starts from the oldest row again).
+    done: bool = True
+
+    @property
+    def deleted(self) -> int:
+        """How many rows were (or would be) deleted."""
+        return sum(self.counts.values())
+
+
+class Pruner:
+    """Prune one store's fire ledger a batch at a time, remembering where a pass stands."""
+
+    def __init__(self, db: Database, *, batch: int = PRUNE_BATCH) -> None:
+        if batch < 1:
+            raise ValueError(f"batch must be a positive number of rows, got {batch!r}")
+        self.db = db
+        self.batch = batch
+        #: Primary key after which the current pass goes on (0: a new pass).
+        self.after = 0
+
+    def step(self, keep: timedelta | None, *, dry_run: bool = False) -> PruneStep:
+        """Prune one batch of rows whose fire is older than ``keep`` (``None``: no-op)."""
+        cutoff = rule.cutoff(self.db.now(), keep)
+        if cutoff is None:
+            self.after = 0
+            return PruneStep()
+        rows = self._candidates(cutoff)
+        old = [r for r in rows if r.fire_time < cutoff]
+        chosen = rule.prunable(old, cutoff, self._in_flight(old)) if old else []
+        counts = dict(Counter(r.state for r in chosen))
+        if chosen and not dry_run:
+            counts = self._delete(chosen)
+        done = len(rows) < self.batch or not old
+        self.after = 0 if done else rows[-1].id
+        return PruneStep(counts, len(rows), done)
+
+    def run(self, keep: timedelta | None, *, dry_run: bool = False) -> dict[str, int]:
+        """Run one whole pass from the oldest row; return rows deleted per state."""
+        self.after = 0
+        total: Counter[str] = Counter()
+        while True:
+            step = self.step(keep, dry_run=dry_run)
+            total.update(step.counts)
+            if step.done:
+                return dict(total)
+
+    def _candidates(self, cutoff: datetime) -> list[rule.Candidate]:
+        nxt = fire.alias("nxt")
+        successor = (
+            sa.select(sa.func.min(nxt.c.fire_time))
+            .where(nxt.c.periodic_task_id == _F.periodic_task_id, nxt.c.fire_time > _F.fire_time)
+            .scalar_subquery()
+        )
+        query = (
+            sa.select(
+                _F.id,
+                _F.periodic_task_id,
+                _F.fire_time,
+                _F.state,
+                _F.lease_until,
+                # Only old rows need their successor: one index seek each.
+                sa.type_coerce(
+                    sa.case((_F.fire_time < cutoff, successor), else_=sa.null()), UTCDateTime()
+                ).label("successor"),
+            )
+            .where(_F.id > self.after)
+            .order_by(_F.id)
+            .limit(self.batch)
+        )
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            rule.Candidate(
+                id=r.id,
+                periodic_task_id=r.periodic_task_id,
+                fire_time=r.fire_time,
+                state=r.state,
+                leased=r.lease_until is not None,
+                successor=r.successor,
+            )
+            for r in rows
+        ]
+
+    def _in_flight(self, rows: Sequence[rule.Candidate]) -> dict[int, datetime]:
+        """Return the oldest in-flight fire time of each task of ``rows`` that has one."""
+        tasks = sorted({r.periodic_task_id for r in rows})
+        oldest: dict[int, datetime] = {}
+        with self.db.engine.connect() as conn:
+            for start in range(0, len(tasks), _IN_CHUNK):
+                # (periodic_task_id, state, fire_time): a few index entries per task.
+                query = (
+                    sa.select(_F.periodic_task_id, _oldest)
+                    .where(
+                        _F.periodic_task_id.in_(tasks[start : start + _IN_CHUNK]),
+                        _F.state.in_(rule.IN_FLIGHT),
+                    )
+                    .group_by(_F.periodic_task_id)
+                )
+                _merge(oldest, conn.execute(query))
+            # Leased published fires (CronTask fires waiting for their start) through the
+            # (state, lease_until) index: only the ones in flight, whatever their task.
+            wanted = set(tasks)
+            query = (
+                sa.select(_F.periodic_task_id, _oldest)
+                .where(_F.state == "published", _F.lease_until.is_not(None))
+                .group_by(_F.periodic_task_id)
+            )
+            _merge(oldest, (r for r in conn.execute(query) if r[0] in wanted))
+        return oldest
+
+    def _delete(self, rows: Sequence[rule.Candidate]) -> dict[str, int]:
+        """Delete ``rows`` in one transaction, each only if still in the state read."""
+        by_state: dict[str, list[int]] = {}
+        for row in rows:
+            by_state.setdefault(row.state, []).append(row.id)
+        counts: dict[str, int] = {}
+        with self.db.begin() as conn:
+            for state, ids in sorted(by_state.items()):
+                stmt = sa.delete(fire).where(_F.id.in_(ids), _F.state == state)
+                if state == "published":  # a start lease taken since the read keeps it
+                    stmt = stmt.where(_F.lease_until.is_(None))
+                deleted = max(conn.execute(stmt).rowcount, 0)
+                if deleted:
+                    counts[state] = deleted
+        return counts
+
+
+def delete_history(db: Database, periodic_task_id: int, *, batch: int = REMOVE_BATCH) -> int:
+    """Delete a task's ledger rows oldest first, ``batch`` rows per transaction.
+
+    Return how many rows went. The caller deletes the task row (and any row written
+    since) afterwards.
+    """
+    if batch < 1:
+        raise ValueError(f"batch must be a positive number of rows, got {batch!r}")
+    total = 0
+    while True:
+        with db.begin() as conn:
+            ids = list(
+                conn.execute(
+                    sa.select(_F.id)
+                    .where(_F.periodic_task_id == periodic_task_id)
+                    .order_by(_F.fire_time)
+                    .limit(batch)
+                ).scalars()
+            )
+            for start in range(0, len(ids), _IN_CHUNK):
+                conn.execute(sa.delete(fire).where(_F.id.in_(ids[start : start + _IN_CHUNK])))
+        total += len(ids)
+        if len(ids) < batch:
+            return total
+
+
+def _merge(oldest: dict[int, datetime], rows: Iterable[Any]) -> None:
+    for task_id, when in rows:
+        if when is not None and (task_id not in oldest or when < oldest[task_id]):
+            oldest[task_id] = when
