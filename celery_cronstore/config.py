@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 __all__ = ["Config"]
@@ -95,6 +96,15 @@ class Config:
             " lost; the guard starts one copy at most). At most 3 times per fire."
         },
     )
+    history_days: float = field(
+        default=30.0,
+        metadata={
+            "help": "Days of fire history kept in the ledger; beat prunes older rows in small"
+            " batches (``cronstore prune`` does it by hand). Never pruned: fires in flight,"
+            " each task's newest fire, and the rows the CronTask guard still reads. ``0``"
+            " keeps the history forever."
+        },
+    )
 
     @classmethod
     def from_app(cls, app: Any) -> Config:
@@ -111,15 +121,24 @@ class Config:
         return cls(**values)
 
     @property
+    def history(self) -> timedelta | None:
+        """How long the ledger keeps fire history (``None``: forever)."""
+        return None if self.history_days == 0 else timedelta(days=self.history_days)
+
+    @property
     def is_sqlite(self) -> bool:
         """Whether the store is a SQLite database."""
         return self.url.startswith("sqlite")
 
 
+#: Number settings for which zero means something (no slack; keep history forever).
+_ZERO_ALLOWED = ("cronstore_tolerance", "cronstore_history_days")
+
+
 def _coerce(key: str, value: Any, want: type) -> Any:
     if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value < 0 or (value == 0 and key != "cronstore_tolerance"):
-            want_text = "zero or more" if key == "cronstore_tolerance" else "positive"
+        if value < 0 or (value == 0 and key not in _ZERO_ALLOWED):
+            want_text = "zero or more" if key in _ZERO_ALLOWED else "positive"
             raise ValueError(f"{key} must be {want_text}, got {value!r}")
         return float(value)
     if want is int and isinstance(value, int) and not isinstance(value, bool) and value > 0:

@@ -31,6 +31,7 @@ from celery_cronstore.records import Claim
 from celery_cronstore.secrets import app_passwords, scrub
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.engine import redact
+from celery_cronstore.store.retention import Pruner
 
 __all__ = ["Scheduler"]
 
@@ -55,6 +56,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         self._pending: list[Claim] = []
         self._failures = 0
         self._next_housekeeping = 0.0
+        self._pruner: Pruner | None = None
         self._started_at: datetime | None = None
         self._closed = False
         self._reported_errors: set[tuple[str, str]] = set()
@@ -230,10 +232,27 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             )
         reclaimed = claimer.reclaim_expired()
         self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
+        self._prune(claimer)
         if reclaimed:
             logger.warning("beat: re-publishing %d claim(s) whose lease ran out", len(reclaimed))
             return self._publish(claimer, reclaimed)
         return True
+
+    def _prune(self, claimer: Claimer) -> None:
+        """Delete one small batch of old fire history (``cronstore_history_days``).
+
+        One bounded transaction per housekeeping while a pass has work; a minute's pause
+        after each pass. A failure is logged and never stops the firing.
+        """
+        if self._pruner is None:
+            self._pruner = Pruner(claimer.db)
+        try:
+            step = self._pruner.pace(self.config.history, time.monotonic())
+        except SQLAlchemyError as exc:
+            logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
+            return
+        if step is not None and step.deleted:
+            logger.debug("beat: pruned %d old ledger row(s)", step.deleted)
 
     def _publish(self, claimer: Claimer, claims: list[Claim]) -> bool:
         """Publish claims in order; keep the unsent ones pending. Return whether all went.

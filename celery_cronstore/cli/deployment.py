@@ -1,5 +1,6 @@
-"""The commands a deployment runs: migrate (at each release, before beat starts) and
-health (a liveness probe: did a beat tick lately, and can it do its work)."""
+"""The commands a deployment runs: migrate (at each release, before beat starts), health
+(a liveness probe: did a beat tick lately, and can it do its work) and prune (the fire
+ledger's retention, which beat also applies as it runs)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from celery_cronstore.cli.base import (
     Command,
     CommandError,
     emit_json,
+    fmt_time,
     get_app,
     get_settings,
     get_store,
@@ -20,9 +22,11 @@ from celery_cronstore.cli.base import (
 from celery_cronstore.cli.group import cronstore
 from celery_cronstore.config import Config
 from celery_cronstore.policy import beat_health
+from celery_cronstore.policy.retention import parse_age
 from celery_cronstore.store.migrate import head_revision
+from celery_cronstore.store.retention import PRUNE_BATCH
 
-__all__ = ["health", "migrate"]
+__all__ = ["health", "migrate", "prune"]
 
 
 @cronstore.command(cls=Command)
@@ -89,3 +93,53 @@ def health(ctx: click.Context, max_age: float, host: str | None, this_host: bool
         click.echo(reason)
     else:
         raise CommandError(reason)
+
+
+@cronstore.command(cls=Command)
+@click.option(
+    "--older-than",
+    metavar="AGE",
+    help="Prune fires older than AGE (30d, 12h, 90m; a bare number is days)."
+    "  [default: cronstore_history_days]",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=PRUNE_BATCH,
+    show_default=True,
+    help="Ledger rows per transaction.",
+)
+@click.pass_context
+def prune(ctx: click.Context, older_than: str | None, dry_run: bool, batch: int) -> None:
+    """Delete fire history older than --older-than, in small transactions.
+
+    Never deleted: fires in flight, each task's newest fire and the rows the CronTask
+    guard still reads. Prints the rows deleted (or, with --dry-run, that would be) per
+    state. Beat prunes by itself as it runs; this is for a first clean-up or a shorter
+    horizon.
+    """
+    if older_than is None:
+        keep = Config.from_app(get_app(ctx)).history
+        if keep is None:
+            raise CommandError(
+                "cronstore_history_days is 0 (keep history forever): give --older-than to "
+                "prune anyway"
+            )
+    else:
+        try:
+            keep = parse_age(older_than)
+        except ValueError as exc:
+            raise BadInputError(f"--older-than: {exc}") from None
+    store = get_store(ctx)
+    cutoff = store.now() - keep
+    counts = store.prune(keep, dry_run=dry_run, batch=batch)
+    total = sum(counts.values())
+    if get_settings(ctx).as_json:
+        emit_json({"dry_run": dry_run, "cutoff": cutoff, "total": total, "states": counts})
+        return
+    verb = "would delete" if dry_run else "deleted"
+    zone = get_settings(ctx).zone
+    click.echo(f"{verb} {total} ledger row(s) of fires before {fmt_time(cutoff, zone)}")
+    for state, count in sorted(counts.items()):
+        click.echo(f"  {state:<10} {count}")

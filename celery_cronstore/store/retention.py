@@ -28,12 +28,15 @@ from celery_cronstore.store.db import Database
 from celery_cronstore.store.schema import fire
 from celery_cronstore.store.types import UTCDateTime
 
-__all__ = ["PRUNE_BATCH", "REMOVE_BATCH", "PruneStep", "Pruner", "delete_history"]
+__all__ = ["PRUNE_BATCH", "PRUNE_PAUSE", "REMOVE_BATCH", "PruneStep", "Pruner", "delete_history"]
 
 #: Ledger rows read (and at most deleted) by one prune transaction.
 PRUNE_BATCH = 1000
 #: Ledger rows deleted by one transaction when a task is removed.
 REMOVE_BATCH = 5000
+#: Seconds beat waits after a pass ends before it starts the next one (an idle ledger
+#: then costs one small read a minute, not one per housekeeping).
+PRUNE_PAUSE = 60.0
 #: Most ids in one ``IN (...)`` list.
 _IN_CHUNK = 1000
 
@@ -68,6 +71,23 @@ class Pruner:
         self.batch = batch
         #: Primary key after which the current pass goes on (0: a new pass).
         self.after = 0
+        #: When (the caller's monotonic seconds) :meth:`pace` may prune again.
+        self.resume_at = 0.0
+
+    def pace(self, keep: timedelta | None, moment: float) -> PruneStep | None:
+        """Prune one batch unless the last pass ended under ``PRUNE_PAUSE`` seconds ago.
+
+        For beat's housekeeping: ``moment`` is its monotonic clock. A pass goes on at
+        every call until it ends; then (or after a failure) the next waits a minute.
+        Return the batch's step, or ``None`` when nothing ran.
+        """
+        if keep is None or moment < self.resume_at:
+            return None
+        self.resume_at = moment + PRUNE_PAUSE
+        step = self.step(keep)
+        if not step.done:
+            self.resume_at = moment
+        return step
 
     def step(self, keep: timedelta | None, *, dry_run: bool = False) -> PruneStep:
         """Prune one batch of rows whose fire is older than ``keep`` (``None``: no-op)."""
