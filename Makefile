@@ -3,15 +3,21 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint types docs bench bench-compare clean
+.PHONY: demo test lint types docs extras bench bench-compare clean
 
-$(VENV)/.installed: pyproject.toml
+# The demo needs the package alone (SQLite and the filesystem broker come with it); the
+# developer tool chain is the PEP 735 group `dev`, which pip installs from 25.1 on.
+$(VENV)/.demo-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --upgrade 'pip>=25.1'
+	$(PY) -m pip install -q -e .
 	touch $@
 
-demo: $(VENV)/.installed  ## beat + worker on SQLite and a server-less broker, example tasks firing
+$(VENV)/.installed: $(VENV)/.demo-installed
+	$(PY) -m pip install -q -e . --group dev
+	touch $@
+
+demo: $(VENV)/.demo-installed  ## worker + embedded beat on SQLite and a server-less broker, five tasks firing
 	$(PY) -m examples.demo
 
 test: $(VENV)/.installed  ## the whole test suite (PostgreSQL/MariaDB/Redis/RabbitMQ tests skip if absent)
@@ -25,12 +31,15 @@ types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 $(VENV)/.docs-installed: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[docs]'
+	$(PY) -m pip install -q --group docs
 	touch $@
 
 docs: $(VENV)/.docs-installed  ## the site in site/; fails on stale generated parts or broken links
 	$(PY) docs/generate.py --check
 	$(VENV)/bin/mkdocs build --strict
+
+extras:  ## build wheel + sdist, twine check, each extra alone in a fresh venv against its service
+	.ci/extras
 
 bench: $(VENV)/.installed  ## timers, the CronTask guard, beat at 1k..1M rows (needs PostgreSQL, Redis)
 	$(PY) benchmarks/timers.py
@@ -52,4 +61,4 @@ bench-compare: $(BENCH_VENV)/.installed  ## vs django-celery-beat, sqlalchemy-ce
 	$(BENCH_VENV)/bin/python benchmarks/compare.py --cronstore-sizes 100,1000,10000,100000,1000000
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache var site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache var site dist
