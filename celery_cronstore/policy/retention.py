@@ -16,9 +16,9 @@ without a start lease (plain tasks: the ledger never hears of their outcome, and
 re-publishes them). The guard answers ``unknown`` for a delivery whose row is gone and
 does not run it.
 
-The store reads candidate rows oldest first (:class:`Candidate`, with the fire time of
-the next row of the same task) and the oldest in-flight fire per task; :func:`keep_reason`
-decides each row.
+The store reads candidate rows oldest first (:class:`Candidate`) and, for their tasks,
+the newest fire, the oldest fire in flight and the one before it (:class:`TaskLedger`);
+:func:`keep_reason` decides each row.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 __all__ = [
     "IN_FLIGHT",
     "Candidate",
+    "TaskLedger",
     "cutoff",
     "keep_reason",
     "parse_age",
@@ -56,8 +57,17 @@ class Candidate:
     state: str
     #: Whether the row holds a lease (``lease_until`` is set).
     leased: bool
-    #: Fire time of the next row of the same task (``None``: this is the newest).
-    successor: datetime | None
+
+
+@dataclass(frozen=True)
+class TaskLedger:
+    """What the rule needs to know about the rest of one task's ledger."""
+
+    #: Fire time of the task's newest row.
+    newest: datetime
+    #: Fire time of its oldest fire in flight, and of the row right before that one.
+    in_flight: datetime | None = None
+    before_in_flight: datetime | None = None
 
 
 def retention(days: float | None) -> timedelta | None:
@@ -93,33 +103,28 @@ def parse_age(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def keep_reason(
-    row: Candidate, cutoff: datetime | None, oldest_in_flight: datetime | None
-) -> str | None:
+def keep_reason(row: Candidate, cutoff: datetime | None, task: TaskLedger | None) -> str | None:
     """Return why ``row`` is kept (see the module docstring), or ``None`` if it may go.
 
-    ``oldest_in_flight`` is the fire time of the oldest in-flight fire of the row's task
-    (``None``: none is in flight).
+    ``task`` describes the rest of the row's task's ledger (``None``: unknown, kept).
     """
     if cutoff is None or row.fire_time >= cutoff:
         return "recent"
     if row.state in IN_FLIGHT or (row.state == "published" and row.leased):
         return "in flight"
-    if row.successor is None:
+    if task is None or row.fire_time >= task.newest:
         return "newest"
-    if oldest_in_flight is not None and row.successor >= oldest_in_flight:
-        return "read by the guard"
+    if task.in_flight is not None:
+        guarded = task.in_flight if task.before_in_flight is None else task.before_in_flight
+        if row.fire_time >= guarded:
+            return "read by the guard"
     return None
 
 
 def prunable(
-    rows: Iterable[Candidate],
-    cutoff: datetime | None,
-    oldest_in_flight: Mapping[int, datetime],
+    rows: Iterable[Candidate], cutoff: datetime | None, tasks: Mapping[int, TaskLedger]
 ) -> list[Candidate]:
-    """Return the rows of ``rows`` that may be deleted (``oldest_in_flight`` per task id)."""
+    """Return the rows of ``rows`` that may be deleted (``tasks``: by periodic task id)."""
     return [
-        row
-        for row in rows
-        if keep_reason(row, cutoff, oldest_in_flight.get(row.periodic_task_id)) is None
+        row for row in rows if keep_reason(row, cutoff, tasks.get(row.periodic_task_id)) is None
     ]

@@ -18,14 +18,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
 
 from celery_cronstore.policy import retention as rule
 from celery_cronstore.store.db import Database
-from celery_cronstore.store.schema import fire
+from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import UTCDateTime
 
 __all__ = ["PRUNE_BATCH", "PRUNE_PAUSE", "REMOVE_BATCH", "PruneStep", "Pruner", "delete_history"]
@@ -95,9 +95,13 @@ class Pruner:
         if cutoff is None:
             self.after = 0
             return PruneStep()
-        rows = self._candidates(cutoff)
-        old = [r for r in rows if r.fire_time < cutoff]
-        chosen = rule.prunable(old, cutoff, self._in_flight(old)) if old else []
+        with self.db.engine.connect() as conn:
+            rows = self._candidates(conn)
+            old = [r for r in rows if r.fire_time < cutoff]
+            # Only rows the per-row rules let go need their task's ledger looked up.
+            maybe = [r for r in old if rule.keep_reason(r, cutoff, _ANY) is None]
+            tasks = self._tasks(conn, {r.periodic_task_id for r in maybe}) if maybe else {}
+        chosen = rule.prunable(maybe, cutoff, tasks)
         counts = dict(Counter(r.state for r in chosen))
         if chosen and not dry_run:
             counts = self._delete(chosen)
@@ -115,69 +119,71 @@ class Pruner:
             if step.done:
                 return dict(total)
 
-    def _candidates(self, cutoff: datetime) -> list[rule.Candidate]:
-        nxt = fire.alias("nxt")
-        successor = (
-            sa.select(sa.func.min(nxt.c.fire_time))
-            .where(nxt.c.periodic_task_id == _F.periodic_task_id, nxt.c.fire_time > _F.fire_time)
-            .scalar_subquery()
-        )
+    def _candidates(self, conn: sa.Connection) -> list[rule.Candidate]:
         query = (
-            sa.select(
-                _F.id,
-                _F.periodic_task_id,
-                _F.fire_time,
-                _F.state,
-                _F.lease_until,
-                # Only old rows need their successor: one index seek each.
-                sa.type_coerce(
-                    sa.case((_F.fire_time < cutoff, successor), else_=sa.null()), UTCDateTime()
-                ).label("successor"),
-            )
+            sa.select(_F.id, _F.periodic_task_id, _F.fire_time, _F.state, _F.lease_until)
             .where(_F.id > self.after)
             .order_by(_F.id)
             .limit(self.batch)
         )
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(query).all()
         return [
             rule.Candidate(
-                id=r.id,
-                periodic_task_id=r.periodic_task_id,
-                fire_time=r.fire_time,
-                state=r.state,
-                leased=r.lease_until is not None,
-                successor=r.successor,
+                r.id, r.periodic_task_id, r.fire_time, r.state, r.lease_until is not None
             )
-            for r in rows
+            for r in conn.execute(query)
         ]
 
-    def _in_flight(self, rows: Sequence[rule.Candidate]) -> dict[int, datetime]:
-        """Return the oldest in-flight fire time of each task of ``rows`` that has one."""
-        tasks = sorted({r.periodic_task_id for r in rows})
-        oldest: dict[int, datetime] = {}
-        with self.db.engine.connect() as conn:
-            for start in range(0, len(tasks), _IN_CHUNK):
-                # (periodic_task_id, state, fire_time): a few index entries per task.
-                query = (
-                    sa.select(_F.periodic_task_id, _oldest)
-                    .where(
-                        _F.periodic_task_id.in_(tasks[start : start + _IN_CHUNK]),
-                        _F.state.in_(rule.IN_FLIGHT),
-                    )
-                    .group_by(_F.periodic_task_id)
-                )
-                _merge(oldest, conn.execute(query))
-            # Leased published fires (CronTask fires waiting for their start) through the
-            # (state, lease_until) index: only the ones in flight, whatever their task.
-            wanted = set(tasks)
+    def _tasks(self, conn: sa.Connection, task_ids: set[int]) -> dict[int, rule.TaskLedger]:
+        """Return the newest fire, oldest fire in flight and the one before, per task.
+
+        Every read is an index seek with constant bounds (``ORDER BY ... LIMIT 1`` within
+        one task), which all three databases answer from a few entries: MariaDB does not
+        narrow a correlated range, so nothing here depends on the outer row.
+        """
+        ids = sorted(task_ids)
+        newest: dict[int, datetime] = {}
+        in_flight: dict[int, datetime] = {}
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start : start + _IN_CHUNK]
+            last = (
+                sa.select(_F.fire_time)
+                .where(_F.periodic_task_id == periodic_task.c.id)
+                .order_by(_F.fire_time.desc())
+                .limit(1)
+                .scalar_subquery()
+            )
+            query = sa.select(periodic_task.c.id, sa.type_coerce(last, UTCDateTime())).where(
+                periodic_task.c.id.in_(chunk)
+            )
+            _merge(newest, conn.execute(query))
+            # (periodic_task_id, state, fire_time): a few index entries per task.
             query = (
                 sa.select(_F.periodic_task_id, _oldest)
-                .where(_F.state == "published", _F.lease_until.is_not(None))
+                .where(_F.periodic_task_id.in_(chunk), _F.state.in_(rule.IN_FLIGHT))
                 .group_by(_F.periodic_task_id)
             )
-            _merge(oldest, (r for r in conn.execute(query) if r[0] in wanted))
-        return oldest
+            _merge(in_flight, conn.execute(query))
+        # Leased published fires (CronTask fires waiting for their start) through the
+        # (state, lease_until) index: only the ones in flight, whatever their task.
+        query = (
+            sa.select(_F.periodic_task_id, _oldest)
+            .where(_F.state == "published", _F.lease_until.is_not(None))
+            .group_by(_F.periodic_task_id)
+        )
+        _merge(in_flight, (r for r in conn.execute(query) if r[0] in task_ids))
+        tasks: dict[int, rule.TaskLedger] = {}
+        for task_id, last_fire in newest.items():
+            first = in_flight.get(task_id)
+            before = None
+            if first is not None:
+                before = conn.execute(
+                    sa.select(_F.fire_time)
+                    .where(_F.periodic_task_id == task_id, _F.fire_time < first)
+                    .order_by(_F.fire_time.desc())
+                    .limit(1)
+                ).scalar_one_or_none()
+            tasks[task_id] = rule.TaskLedger(last_fire, first, before)
+        return tasks
 
     def _delete(self, rows: Sequence[rule.Candidate]) -> dict[str, int]:
         """Delete ``rows`` in one transaction, each only if still in the state read."""
@@ -222,7 +228,11 @@ def delete_history(db: Database, periodic_task_id: int, *, batch: int = REMOVE_B
             return total
 
 
-def _merge(oldest: dict[int, datetime], rows: Iterable[Any]) -> None:
+def _merge(found: dict[int, datetime], rows: Iterable[Any]) -> None:
     for task_id, when in rows:
-        if when is not None and (task_id not in oldest or when < oldest[task_id]):
-            oldest[task_id] = when
+        if when is not None and (task_id not in found or when < found[task_id]):
+            found[task_id] = when
+
+
+#: A task ledger that keeps nothing by itself: asks the per-row rules alone.
+_ANY = rule.TaskLedger(newest=datetime.max.replace(tzinfo=timezone.utc))

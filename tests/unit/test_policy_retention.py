@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from celery import Celery
@@ -11,6 +11,7 @@ from timeline import T0
 from celery_cronstore.config import Config
 from celery_cronstore.policy.retention import (
     Candidate,
+    TaskLedger,
     cutoff,
     keep_reason,
     parse_age,
@@ -23,57 +24,68 @@ OLD = CUT - timedelta(days=1)
 H = timedelta(hours=1)
 
 
-def row(
-    fire_time: object = OLD,
-    state: str = "succeeded",
-    *,
-    leased: bool = False,
-    successor: object = OLD + H,
-) -> Candidate:
-    return Candidate(1, 7, fire_time, state, leased, successor)  # type: ignore[arg-type]
+def row(fire_time: datetime = OLD, state: str = "succeeded", *, leased: bool = False) -> Candidate:
+    return Candidate(1, 7, fire_time, state, leased)
+
+
+def ledger(
+    newest: datetime = OLD + H,
+    in_flight: datetime | None = None,
+    before_in_flight: datetime | None = None,
+) -> TaskLedger:
+    return TaskLedger(newest, in_flight, before_in_flight)
 
 
 @pytest.mark.parametrize(
-    ("candidate", "cut", "oldest_in_flight", "reason"),
+    ("candidate", "cut", "task", "reason"),
     [
         # ended fires older than the cutoff go, whatever way they ended
-        (row(), CUT, None, None),
-        (row(state="failed"), CUT, None, None),
-        (row(state="missed"), CUT, None, None),
-        (row(state="skipped"), CUT, None, None),
-        (row(state="dropped"), CUT, None, None),
-        (row(state="expired"), CUT, None, None),
-        (row(state="timed_out"), CUT, None, None),
-        (row(state="abandoned"), CUT, None, None),
-        (row(state="published"), CUT, None, None),  # no start lease: a plain task's fire
+        (row(), CUT, ledger(), None),
+        (row(state="failed"), CUT, ledger(), None),
+        (row(state="missed"), CUT, ledger(), None),
+        (row(state="skipped"), CUT, ledger(), None),
+        (row(state="dropped"), CUT, ledger(), None),
+        (row(state="expired"), CUT, ledger(), None),
+        (row(state="timed_out"), CUT, ledger(), None),
+        (row(state="abandoned"), CUT, ledger(), None),
+        (row(state="published"), CUT, ledger(), None),  # no start lease: a plain task's fire
         # 1. recent (at the cutoff counts as recent); no cutoff keeps everything
-        (row(fire_time=CUT), CUT, None, "recent"),
-        (row(fire_time=CUT + H), CUT, None, "recent"),
-        (row(), None, None, "recent"),
+        (row(CUT), CUT, ledger(T0), "recent"),
+        (row(CUT + H), CUT, ledger(T0), "recent"),
+        (row(), None, ledger(), "recent"),
         # 2. in flight
-        (row(state="claimed"), CUT, None, "in flight"),
-        (row(state="started"), CUT, None, "in flight"),
-        (row(state="retrying"), CUT, None, "in flight"),
-        (row(state="published", leased=True), CUT, None, "in flight"),
-        # 3. the task's newest fire
-        (row(successor=None), CUT, None, "newest"),
+        (row(state="claimed"), CUT, ledger(), "in flight"),
+        (row(state="started"), CUT, ledger(), "in flight"),
+        (row(state="retrying"), CUT, ledger(), "in flight"),
+        (row(state="published", leased=True), CUT, ledger(), "in flight"),
+        # 3. the task's newest fire (or a task the store could not describe)
+        (row(), CUT, ledger(newest=OLD), "newest"),
+        (row(), CUT, None, "newest"),
         # 4. the guard's reads: the fire right before the oldest in flight, and later ones
-        (row(successor=OLD + H), CUT, OLD + H, "read by the guard"),
-        (row(successor=OLD + H), CUT, OLD, "read by the guard"),
-        (row(successor=T0), CUT, T0, "read by the guard"),  # a recent fire's previous
-        (row(successor=OLD + H), CUT, OLD + 2 * H, None),
+        (row(), CUT, ledger(T0, in_flight=OLD + H, before_in_flight=OLD), "read by the guard"),
+        (
+            row(),
+            CUT,
+            ledger(T0, in_flight=OLD - H, before_in_flight=OLD - 2 * H),
+            "read by the guard",
+        ),
+        (row(), CUT, ledger(T0, in_flight=T0, before_in_flight=OLD), "read by the guard"),
+        (row(), CUT, ledger(T0, in_flight=OLD), "read by the guard"),
+        (row(), CUT, ledger(T0, in_flight=T0, before_in_flight=OLD + H), None),
     ],
 )
 def test_keep_reason(
-    candidate: Candidate, cut: object, oldest_in_flight: object, reason: str | None
+    candidate: Candidate, cut: datetime | None, task: TaskLedger | None, reason: str | None
 ) -> None:
-    assert keep_reason(candidate, cut, oldest_in_flight) == reason  # type: ignore[arg-type]
+    assert keep_reason(candidate, cut, task) == reason
 
 
 def test_prunable_looks_up_each_rows_task() -> None:
-    a = Candidate(1, 7, OLD, "succeeded", False, OLD + H)
-    b = Candidate(2, 8, OLD, "succeeded", False, OLD + H)
-    assert prunable([a, b], CUT, {8: OLD + H}) == [a]
+    a = Candidate(1, 7, OLD, "succeeded", False)
+    b = Candidate(2, 8, OLD, "succeeded", False)
+    c = Candidate(3, 9, OLD, "succeeded", False)
+    tasks = {7: ledger(T0), 8: ledger(T0, in_flight=OLD + H, before_in_flight=OLD)}
+    assert prunable([a, b, c], CUT, tasks) == [a]
 
 
 @pytest.mark.parametrize(
