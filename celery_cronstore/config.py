@@ -96,6 +96,15 @@ class Config:
             " lost; the guard starts one copy at most). At most 3 times per fire."
         },
     )
+    abandon_after: float = field(
+        default=120.0,
+        metadata={
+            "help": "Seconds a started fire's worker may stay silent before the fire is recorded"
+            " ``abandoned`` (the worker died or lost the database); it then no longer blocks"
+            " overlap policy ``skip``. Workers heartbeat their running fires every quarter of"
+            " it."
+        },
+    )
     history_days: float = field(
         default=30.0,
         metadata={

@@ -33,7 +33,7 @@ OVERLAP_POLICIES = ("allow", "skip")
 FIRE_STATES = (
     "claimed",  # beat committed the claim; publishing
     "published",  # sent to the broker
-    "started",  # a CronTask run began
+    "started",  # a run began on a worker
     "retrying",  # a started fire waiting for its Celery retry (same task id)
     "succeeded",
     "failed",
@@ -42,6 +42,7 @@ FIRE_STATES = (
     "skipped",  # not published: the previous fire still ran (overlap policy skip)
     "missed",  # not published: beat was not running or fell behind (misfire policy)
     "expired",  # not published: past its starting deadline
+    "abandoned",  # started, but its worker went silent (died, lost the database)
 )
 
 
@@ -154,3 +155,5 @@ class Beat(NamedTuple):
     last_tick: datetime
     #: Since when it has had due fires it could neither claim nor publish (``None``: ok).
     stalled_since: datetime | None = None
+    #: Its host's clock minus the database's, in seconds, at its last heartbeat.
+    clock_offset: float | None = None

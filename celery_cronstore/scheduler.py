@@ -14,7 +14,7 @@ import os
 import socket
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from celery import beat
@@ -26,6 +26,7 @@ from celery_cronstore.beat_schedule import timer_from_entry
 from celery_cronstore.calls import call_problem
 from celery_cronstore.config import Config
 from celery_cronstore.errors import CronstoreError, DuplicateTaskError, SchemaVersionError
+from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY
 from celery_cronstore.publish import BoundRouter, publish
 from celery_cronstore.records import Claim
 from celery_cronstore.secrets import app_passwords, scrub
@@ -64,6 +65,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         #: wait while every due row is locked by someone else.
         self._stalled_since: datetime | None = None
         self._locked_out = 0.0
+        self._clock_offset: float | None = None
+        self._next_clock_warning = 0.0
         # Celery builds the scheduler once with lazy=True for the banner: no I/O then.
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
@@ -210,6 +213,18 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         self._locked_out = min(LOCKED_BACKOFF[1], max(LOCKED_BACKOFF[0], self._locked_out * 2))
         return self._locked_out
 
+    def _check_clock(self, db_now: datetime) -> None:
+        """Note (and now and then log) how far this host's clock is from the database's."""
+        offset = (datetime.now(timezone.utc) - db_now).total_seconds()
+        self._clock_offset = round(offset, 3)
+        if abs(offset) > CLOCK_WARN and time.monotonic() >= self._next_clock_warning:
+            self._next_clock_warning = time.monotonic() + CLOCK_WARN_EVERY
+            logger.warning(
+                "beat: this host's clock is %+.1fs off the database's; due times, leases and "
+                "deadlines use the database's, but beat wakes at the wrong moment (fix NTP)",
+                offset,
+            )
+
     def _progress(self, stuck_at: datetime | None) -> None:
         """Note whether this tick could do the due work (``None``) or not (since when)."""
         if stuck_at is None:
@@ -221,7 +236,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
     def _housekeeping(self, claimer: Claimer) -> bool:
         """Heartbeat, hand back lost deliveries, take over lapsed leases (every few s)."""
         assert self._started_at is not None
-        claimer.heartbeat(self._started_at, self._stalled_since)
+        db_now = claimer.heartbeat(self._started_at, self._stalled_since, self._clock_offset)
+        self._check_clock(db_now)
+        abandoned = claimer.abandon_silent()
+        if abandoned:
+            logger.warning(
+                "beat: %d started fire(s) recorded abandoned: their worker stopped reporting",
+                abandoned,
+            )
         unstarted = claimer.redeliver_unstarted()
         if unstarted:
             logger.warning(

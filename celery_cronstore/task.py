@@ -22,16 +22,13 @@ ends is recorded (succeeded, failed, timed_out, retrying). A run without those h
 from __future__ import annotations
 
 import logging
-import os
 import socket
-import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import celery
-from celery import signals
 from celery.exceptions import (
     Ignore,
     Reject,
@@ -44,46 +41,15 @@ from celery.utils.time import get_exponential_backoff_interval
 from celery_cronstore.config import Config
 from celery_cronstore.policy import H_FIRE, H_INTERVAL, H_NAME
 from celery_cronstore.store import Store, runs
+from celery_cronstore.worker import liveness_for, store_for, use_store
 
 __all__ = ["CronTask", "store_for", "use_store"]
 
 logger = logging.getLogger("celery_cronstore.task")
 
 _UTC = timezone.utc
-_lock = threading.Lock()
-#: id(app) -> (app, pid, store): one store per app and process (a fork gets its own).
-_stores: dict[int, tuple[Any, int, Store]] = {}
 #: id(app) -> (app, tolerance) read from the app's config once per process.
 _tolerances: dict[int, tuple[Any, float]] = {}
-
-
-def store_for(app: Any) -> Store:
-    """Return the store of ``app`` for this process (built on first use, not at import)."""
-    key = id(app)
-    entry = _stores.get(key)
-    pid = os.getpid()
-    if entry is not None and entry[1] == pid:
-        return entry[2]
-    with _lock:
-        entry = _stores.get(key)
-        if entry is not None and entry[1] == pid:
-            return entry[2]
-        if entry is not None:
-            # Inherited across fork: never use the parent's connections.
-            entry[2].engine.dispose(close=False)
-        store = Store.from_app(app)
-        _stores[key] = (app, pid, store)
-        return store
-
-
-def use_store(app: Any, store: Store | None) -> None:
-    """Make CronTasks of ``app`` use ``store`` in this process (tests); ``None`` resets."""
-    with _lock:
-        if store is None:
-            _stores.pop(id(app), None)
-        else:
-            _stores[id(app)] = (app, os.getpid(), store)
-        _tolerances.pop(id(app), None)
 
 
 def _default_tolerance(app: Any) -> float:
@@ -146,6 +112,12 @@ def _parse_interval(value: Any) -> float | None:
     return None
 
 
+def _retry_hold(countdown: float | None, abandon_after: float) -> float:
+    """How long a fire waiting for its retry stays in flight before it counts as abandoned."""
+    wait = float(countdown) if countdown is not None and countdown >= 0 else abandon_after * 4
+    return wait + abandon_after
+
+
 def _error_text(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     return text if len(text) <= 2000 else text[:1999] + "…"
@@ -159,6 +131,9 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
     seconds, capped at ``cronstore_retry_backoff_max``, with full jitter if
     ``cronstore_retry_jitter``.
     """
+
+    #: Records its own runs (the worker's signal handlers leave it alone).
+    cronstore_guarded = True
 
     cronstore_retry_backoff: float = 2.0
     cronstore_retry_backoff_max: float = 600.0
@@ -245,8 +220,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         """Record a hard time limit kill (reported in the worker's main process)."""
         if isinstance(exc, TimeLimitExceeded) and task_id:
             try:
-                if runs.finish_fire(
-                    store_for(self.app).db,
+                if liveness_for(self.app).finish(
                     task_id,
                     "timed_out",
                     error=f"killed by the hard time limit ({exc})",
@@ -272,7 +246,8 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             )
 
     def _guarded(self, request: Any, name: str, args: Any, kwargs: Any) -> Any:
-        store = store_for(self.app)
+        live = liveness_for(self.app)
+        store = live.store
         task_id = str(request.id)
         node = str(request.hostname or socket.gethostname())
         decision = runs.start_fire(
@@ -282,6 +257,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             tolerance=_default_tolerance(self.app),
             retries=int(request.retries or 0),
             interval=_parse_interval(_header(request, H_INTERVAL)),
+            abandon_after=live.abandon_after,
         )
         if not decision.started:
             logger.warning(
@@ -293,6 +269,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
                 decision.reason,
             )
             raise Ignore(decision.reason)
+        live.started(task_id)
         run = _Run(
             task_id=task_id,
             fire_time=decision.fire_time or _parse_time(_header(request, H_FIRE)),
@@ -308,7 +285,13 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         try:
             result = self.run(*args, **kwargs)
         except Retry as exc:
-            self._finish(run, "retrying", error=f"retry {request.retries + 1}: {exc}")
+            wait = exc.when if isinstance(exc.when, (int, float)) else None
+            self._finish(
+                run,
+                "retrying",
+                error=f"retry {request.retries + 1}: {exc}",
+                hold=_retry_hold(wait, live.abandon_after),
+            )
             raise
         except (Ignore, Reject) as exc:  # the body gave up on purpose: no retry
             self._finish(run, "failed", error=_error_text(exc))
@@ -331,6 +314,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
                         f"retry {request.retries + 1} of {run.max_retries} in {countdown}s "
                         f"after {_error_text(exc)}"
                     ),
+                    hold=_retry_hold(countdown, live.abandon_after),
                 )
                 try:
                     raise self.retry(exc=exc, countdown=countdown, max_retries=run.max_retries)
@@ -358,51 +342,29 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         return f"time box{box} exceeded ({type(exc).__name__})"
 
     def _finish(
-        self, run: _Run, state: str, *, result: Any = None, error: str | None = None
+        self,
+        run: _Run,
+        state: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        hold: float | None = None,
     ) -> None:
-        assert run.store is not None
         assert run.task_id is not None
+        live = liveness_for(self.app)
         for _attempt in range(2):
             try:
                 # The soft time limit may strike while we write: try once more.
-                if not runs.finish_fire(
-                    run.store.db, run.task_id, state, result=result, error=error
-                ):
-                    logger.warning(
-                        "%s[%s]: fire was no longer started when it ended %s",
-                        self.name,
-                        run.task_id,
-                        state,
-                    )
-                return
+                ended = live.finish(run.task_id, state, result=result, error=error, hold=hold)
             except SoftTimeLimitExceeded:
-                state = "timed_out"
+                state, hold = "timed_out", None
                 error = error or self._timeout_text(run, None)
                 continue
-            except Exception:
-                logger.exception("%s[%s]: could not record %s", self.name, run.task_id, state)
-                return
-
-
-def _record_expired(
-    sender: Any = None, request: Any = None, expired: bool = False, **_: Any
-) -> None:
-    """Record a beat-published run the worker discarded unstarted because it expired.
-
-    Celery drops an expired message before the task is called, so the guard never sees
-    it: without this the ledger would say "published" for a fire that never ran.
-    """
-    if not expired or not isinstance(sender, CronTask) or request is None:
-        return
-    task_id = getattr(request, "id", None)
-    if not task_id or not _header(request, H_NAME):
-        return
-    reason = "not started: the message expired (starting deadline) before a worker took it"
-    try:
-        if runs.expire_fire(store_for(sender.app).db, str(task_id), reason):
-            logger.warning("%s[%s]: expired before it started", sender.name, task_id)
-    except Exception:
-        logger.exception("%s[%s]: could not record the expiry", sender.name, task_id)
-
-
-signals.task_revoked.connect(_record_expired, weak=False)
+            if ended is False:
+                logger.warning(
+                    "%s[%s]: fire was no longer started when it ended %s",
+                    self.name,
+                    run.task_id,
+                    state,
+                )
+            return

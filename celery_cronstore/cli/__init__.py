@@ -13,6 +13,10 @@ from celery_cronstore.cli import tasks as _tasks  # noqa: F401  (list, show, add
 from celery_cronstore.cli import web as _web  # noqa: F401  (web)
 from celery_cronstore.cli.group import cronstore
 
+# The ``celery`` command imports this package for its plugin commands in every process
+# it starts: a worker then records the runs of beat's plain tasks (signal handlers).
+from celery_cronstore import worker as _worker  # noqa: F401  isort: skip
+
 __all__ = ["cronstore", "main"]
 
 

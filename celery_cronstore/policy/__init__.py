@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from celery_cronstore.policy.fires import (
     BEAT_IN_FLIGHT,
-    STALE_RUNNING,
     WALK_LIMIT,
     Backlog,
     Entry,
@@ -26,7 +25,7 @@ from celery_cronstore.policy.fires import (
     plan,
     timer_of,
 )
-from celery_cronstore.policy.health import beat_health
+from celery_cronstore.policy.health import CLOCK_WARN, CLOCK_WARN_EVERY, beat_health
 from celery_cronstore.policy.messages import (
     H_FIRE,
     H_INTERVAL,
@@ -51,6 +50,8 @@ from celery_cronstore.policy.start import (
 
 __all__ = [
     "BEAT_IN_FLIGHT",
+    "CLOCK_WARN",
+    "CLOCK_WARN_EVERY",
     "FINISH_STATES",
     "H_FIRE",
     "H_INTERVAL",
@@ -58,7 +59,6 @@ __all__ = [
     "MESSAGE_SERIALIZER",
     "OPTION_KEYS",
     "RESERVED_HEADERS",
-    "STALE_RUNNING",
     "STARTABLE",
     "WALK_LIMIT",
     "WORKER_RUNNING",

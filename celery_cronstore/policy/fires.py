@@ -21,7 +21,6 @@ from celery_cronstore.timers import Timer, parse_timer
 
 __all__ = [
     "BEAT_IN_FLIGHT",
-    "STALE_RUNNING",
     "WALK_LIMIT",
     "Backlog",
     "Entry",
@@ -46,8 +45,6 @@ _TICK = timedelta(microseconds=1)
 #: Ledger states that make beat's overlap policy ``skip`` hold back a new fire: claimed
 #: (about to be published) or running on a worker.
 BEAT_IN_FLIGHT = ("claimed", "started", "retrying")
-#: A run that started this long ago without finishing no longer blocks (worker died).
-STALE_RUNNING = timedelta(hours=6)
 
 #: (fire time, state) of the newest fire of a task that is still in flight.
 Running = tuple[datetime, str]

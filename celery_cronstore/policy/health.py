@@ -13,7 +13,12 @@ from datetime import datetime
 
 from celery_cronstore.records import Beat
 
-__all__ = ["beat_health"]
+__all__ = ["CLOCK_WARN", "CLOCK_WARN_EVERY", "beat_health"]
+
+#: A host clock further than this (seconds) from the database's is reported.
+CLOCK_WARN = 1.0
+#: Seconds between two such reports of one process.
+CLOCK_WARN_EVERY = 300.0
 
 
 def beat_health(
@@ -34,7 +39,8 @@ def beat_health(
         stalled = _stalled_for(candidate, now)
         if stalled is None or stalled <= stall_limit:
             age = (now - candidate.last_tick).total_seconds()
-            return True, f"healthy: beat {candidate.node} ticked {age:.1f}s ago (max {max_age:g}s)"
+            text = f"healthy: beat {candidate.node} ticked {age:.1f}s ago (max {max_age:g}s)"
+            return True, text + _clock_note(candidate)
     worst = alive[0]
     return False, (
         f"unhealthy: beat {worst.node} ticks but has had due fires it could not claim or "
@@ -47,3 +53,9 @@ def _stalled_for(beat: Beat, now: datetime) -> float | None:
     if beat.stalled_since is None:
         return None
     return max(0.0, (now - beat.stalled_since).total_seconds())
+
+
+def _clock_note(beat: Beat) -> str:
+    if beat.clock_offset is None or abs(beat.clock_offset) <= CLOCK_WARN:
+        return ""
+    return f"; its clock is {beat.clock_offset:+.1f}s off the database's"

@@ -184,11 +184,12 @@ class Claimer(LeaseKeeper):
         batch.fail(row, reason, self.node)
 
     def _running(self, conn: sa.Connection, task_id: int, now: datetime) -> policy.Running | None:
-        since = now - policy.STALE_RUNNING
+        # A started fire counts while its worker's heartbeats keep its lease ahead of now
+        # (a lapsed one is about to be recorded abandoned); a claimed one until published.
         query = sa.select(_F.fire_time, _F.state).where(
             _F.periodic_task_id == task_id,
             _F.state.in_(policy.BEAT_IN_FLIGHT),
-            sa.func.coalesce(_F.started_at, _F.claimed_at) > since,
+            sa.or_(_F.state == "claimed", _F.lease_until > now),
         )
         # No ORDER BY ... LIMIT 1: to skip the sort, planners walk the task's whole history
         # in the (periodic_task_id, fire_time) key. A task has few fires in flight: read

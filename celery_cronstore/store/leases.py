@@ -27,6 +27,10 @@ _PT = periodic_task.c
 _F = fire.c
 #: Most task ids in one ``IN (...)`` list.
 _IN_CHUNK = 1000
+#: A started fire without a liveness lease (a worker of an older release) is abandoned
+#: only after this long.
+_NO_HEARTBEATS = timedelta(hours=6)
+_ABANDONED = " stopped reporting on the run (killed, or cut off from the database)"
 
 
 class LeaseKeeper:
@@ -156,6 +160,36 @@ class LeaseKeeper:
                 )
         return [c for c in claims if c.periodic_task_id in enabled]
 
+    def abandon_silent(self) -> int:
+        """Record started fires whose worker stopped heartbeating as ``abandoned``.
+
+        A worker renews the liveness lease of each fire it runs; one killed (kill -9, an
+        OOM kill, a lost host) or cut off from the database stops. Such a fire gets a
+        reason and no longer blocks its task (overlap policy ``skip``). Return how many.
+        """
+        with self.db.begin() as conn:
+            now = self.db.now(conn)
+            result = conn.execute(
+                sa.update(fire)
+                .where(
+                    _F.state.in_(policy.WORKER_RUNNING),
+                    sa.or_(
+                        _F.lease_until < now,
+                        # Started by a release without heartbeats: give it the old bound.
+                        sa.and_(_F.lease_until.is_(None), _F.started_at < now - _NO_HEARTBEATS),
+                    ),
+                )
+                .values(
+                    state="abandoned",
+                    finished_at=now,
+                    lease_until=None,
+                    reason=sa.literal("its worker ")
+                    + sa.func.coalesce(_F.node, "?")
+                    + sa.literal(_ABANDONED),
+                )
+            )
+            return max(result.rowcount, 0)
+
     def redeliver_unstarted(self) -> int:
         """Hand back published fires whose start lease ran out without a start.
 
@@ -265,15 +299,25 @@ class LeaseKeeper:
             )
             return int(result.rowcount)
 
-    def heartbeat(self, started_at: datetime, stalled_since: datetime | None = None) -> datetime:
+    def heartbeat(
+        self,
+        started_at: datetime,
+        stalled_since: datetime | None = None,
+        clock_offset: float | None = None,
+    ) -> datetime:
         """Record that this beat ticked (for ``cronstore health``); return the db time.
 
         ``stalled_since``: since when it has had due fires it could neither claim nor
-        publish (``None``: it keeps up).
+        publish (``None``: it keeps up); ``clock_offset``: its host's clock minus the
+        database's, in seconds.
         """
         with self.db.begin() as conn:
             now = self.db.now(conn)
-            values = {"last_tick": now, "stalled_since": stalled_since}
+            values = {
+                "last_tick": now,
+                "stalled_since": stalled_since,
+                "clock_offset": clock_offset,
+            }
             result = conn.execute(sa.update(beat).where(beat.c.node == self.node).values(values))
             if result.rowcount == 0:
                 conn.execute(

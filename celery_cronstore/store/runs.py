@@ -13,7 +13,7 @@ Time is the store's clock (the database's; an injected clock in tests).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,7 +26,15 @@ from celery_cronstore.store.rows import summarize, to_task
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import dumps
 
-__all__ = ["RunStart", "checkpoint", "expire_fire", "finish_fire", "start_fire"]
+__all__ = [
+    "RunStart",
+    "checkpoint",
+    "expire_fire",
+    "finish_fire",
+    "keep_alive",
+    "record_start",
+    "start_fire",
+]
 
 _PT = periodic_task.c
 _F = fire.c
@@ -71,12 +79,15 @@ def start_fire(
     tolerance: float = 5.0,
     retries: int = 0,
     interval: float | None = None,
+    abandon_after: float = 120.0,
 ) -> RunStart:
     """Decide whether the delivery of fire ``task_id`` starts; record it (one transaction).
 
     ``tolerance`` is the default slack (the periodic task's own ``tolerance`` column wins);
     ``interval`` is the ``cronstore_interval`` header (recomputed from the timer when
-    ``None``); ``retries`` is Celery's ``request.retries``.
+    ``None``); ``retries`` is Celery's ``request.retries``. A started fire gets a liveness
+    lease of ``abandon_after`` seconds, which the worker's heartbeats renew
+    (:func:`keep_alive`).
     """
     with db.begin() as conn:
         pt_id = conn.execute(
@@ -101,7 +112,7 @@ def start_fire(
         recorded = False
         if not decision.started:
             recorded = decision.recorded and _record_refusal(conn, row.id, decision, node, now)
-        elif not _record_start(conn, task, row.id, decision, node, now):
+        elif not _record_start(conn, task, row.id, decision, node, now, abandon_after):
             # Cannot happen while we hold the locks; be safe anyway.
             decision = policy.StartDecision(
                 "duplicate", f"duplicate delivery: fire {task_id} changed state"
@@ -150,7 +161,7 @@ def _snapshot(
             _F.periodic_task_id == task.id,
             _F.id != row.id,
             _F.state.in_(policy.WORKER_RUNNING),
-            _F.started_at > now - policy.STALE_RUNNING,
+            _F.lease_until > now,  # its worker still heartbeats
         )
         # No ORDER BY ... LIMIT 1: to skip the sort, planners walk the task's whole history
         # in the (periodic_task_id, fire_time) key. A task has few fires in flight: read
@@ -219,18 +230,20 @@ def _record_start(
     decision: policy.StartDecision,
     node: str,
     now: datetime,
+    abandon_after: float,
 ) -> bool:
+    alive = now + timedelta(seconds=abandon_after)
     if decision.outcome == "retry":
         conn.execute(
             sa.update(fire)
             .where(_F.id == fire_id, _F.state == "retrying")
-            .values(state="started", node=node, reason=None)
+            .values(state="started", node=node, reason=None, lease_until=alive)
         )
         return True
     result = conn.execute(
         sa.update(fire)
         .where(_F.id == fire_id, _F.state.in_(policy.STARTABLE))
-        .values(state="started", started_at=now, node=node, reason=None, lease_until=None)
+        .values(state="started", started_at=now, node=node, reason=None, lease_until=alive)
     )
     if result.rowcount != 1:
         return False
@@ -245,12 +258,14 @@ def finish_fire(
     *,
     result: Any = None,
     error: str | None = None,
+    hold: float | None = None,
 ) -> bool:
     """Record how a started fire ended; return whether the fire was still in flight.
 
     ``state`` is one of :data:`~celery_cronstore.policy.FINISH_STATES`. ``result`` is
     summarized into the ledger; ``error`` goes to the row's ``reason``. ``retrying`` keeps
-    the fire in flight until its retry starts (:func:`start_fire` with ``retries > 0``).
+    the fire in flight until its retry starts (:func:`start_fire` with ``retries > 0``);
+    ``hold`` is then how long it may wait for that (its liveness lease, in seconds).
     """
     if state not in policy.FINISH_STATES:
         raise ValueError(f"state must be one of {policy.FINISH_STATES}, got {state!r}")
@@ -258,14 +273,60 @@ def finish_fire(
     if result is not None:
         values["result"] = summarize(result)
     with db.begin() as conn:
-        if state != "retrying":
-            values["finished_at"] = db.now(conn)
+        now = db.now(conn)
+        if state == "retrying":
+            values["lease_until"] = now + timedelta(seconds=hold or 0)
+        else:
+            values.update(finished_at=now, lease_until=None)
         done = conn.execute(
             sa.update(fire)
             .where(_F.task_id == task_id, _F.state.in_(policy.WORKER_RUNNING))
             .values(**values)
         )
         return bool(done.rowcount == 1)
+
+
+def record_start(db: Database, task_id: str, *, node: str, abandon_after: float) -> bool:
+    """Record that a fire of a plain task (no guard) started on ``node``.
+
+    Its ledger row becomes ``started`` (with a liveness lease, as a CronTask's) and the
+    periodic task's ``last_run`` its start. Return whether a published fire was started.
+    """
+    with db.begin() as conn:
+        now = db.now(conn)
+        done = conn.execute(
+            sa.update(fire)
+            .where(_F.task_id == task_id, _F.state.in_(policy.STARTABLE))
+            .values(
+                state="started",
+                started_at=now,
+                node=node,
+                lease_until=now + timedelta(seconds=abandon_after),
+            )
+        )
+        if done.rowcount != 1:
+            return False
+        owner = sa.select(_F.periodic_task_id).where(_F.task_id == task_id).scalar_subquery()
+        conn.execute(sa.update(periodic_task).where(_PT.id == owner).values(last_run=now))
+        return True
+
+
+def keep_alive(db: Database, task_ids: list[str], abandon_after: float) -> int:
+    """Renew the liveness lease of the running fires ``task_ids`` (one statement).
+
+    A worker calls this every quarter of ``abandon_after`` for the fires it runs; beat
+    records a fire whose lease lapsed ``abandoned``. Return how many fires were renewed.
+    """
+    if not task_ids:
+        return 0
+    with db.begin() as conn:
+        now = db.now(conn)
+        done = conn.execute(
+            sa.update(fire)
+            .where(_F.task_id.in_(task_ids), _F.state.in_(policy.WORKER_RUNNING))
+            .values(lease_until=now + timedelta(seconds=abandon_after))
+        )
+        return max(done.rowcount, 0)
 
 
 def expire_fire(db: Database, task_id: str, reason: str) -> bool:

@@ -101,4 +101,6 @@ beat = sa.Table(
     sa.Column("last_tick", UTCDateTime, nullable=False),
     # Since when this beat has had due fires it could neither claim nor publish.
     sa.Column("stalled_since", UTCDateTime, nullable=True),
+    # This beat's clock minus the database's (seconds) at its last heartbeat.
+    sa.Column("clock_offset", sa.Float, nullable=True),
 )

@@ -135,7 +135,11 @@ class StoreReads:
     def beats(self) -> builtins.list[Beat]:
         """Return every beat that ever ticked, newest tick first."""
         query = sa.select(
-            beat.c.node, beat.c.started_at, beat.c.last_tick, beat.c.stalled_since
+            beat.c.node,
+            beat.c.started_at,
+            beat.c.last_tick,
+            beat.c.stalled_since,
+            beat.c.clock_offset,
         ).order_by(beat.c.last_tick.desc())
         with self.db.engine.connect() as conn:
             return [Beat(*row) for row in conn.execute(query)]

@@ -58,6 +58,8 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     cronstore_url=os.environ["CT_STORE"],
     cronstore_tolerance=1.0,
+    # Heartbeats every second; a fire silent for 2 s counts as abandoned.
+    cronstore_abandon_after=2.0,
 )
 
 
@@ -76,6 +78,23 @@ def slow(self):
         raise
 
 
+@app.task(base=CronTask, bind=True, name="ct.sleepy")
+def sleepy(self, seconds):
+    """Notes its process id, then sleeps (long runs, and a child to kill)."""
+    with open(HERE / "sleepy.txt", "a", encoding="utf-8") as out:
+        out.write(f"{self.request.id} {os.getpid()}\\n")
+    time.sleep(seconds)
+    return "slept"
+
+
+@app.task(bind=True, name="ct.plain")
+def plain(self, fail=False):
+    """A plain task (no CronTask guard): its runs are recorded from the worker's signals."""
+    if fail:
+        raise ValueError("plain task failed on purpose")
+    return {"plain": True}
+
+
 @app.task(base=CronTask, bind=True, name="ct.count")
 def count(self):
     """Appends one line per body execution (to count runs of the body)."""
@@ -85,7 +104,7 @@ def count(self):
     return "counted"
 '''
 
-TERMINAL = ("succeeded", "failed", "timed_out", "dropped", "skipped")
+TERMINAL = ("succeeded", "failed", "timed_out", "dropped", "skipped", "abandoned")
 
 
 def _store_url(kind: str, request: pytest.FixtureRequest, tmp: Path) -> str:
@@ -296,6 +315,56 @@ def test_an_early_run_is_dropped_and_recorded(worker: Worker) -> None:
     assert claim.task_id not in {line.split()[0] for line in worker.runs()}
     assert worker.store.get("early").last_run == now
     assert f"ct.count[{claim.task_id}] dropped (early)" in worker.logs()
+
+
+def test_a_plain_task_records_its_start_node_and_outcome(worker: Worker) -> None:
+    """Regression: plain tasks showed "LAST STATE published" forever (only CronTask
+    recorded starts and outcomes)."""
+    worker.store.add("plain-ok", task="ct.plain", timer="every 2s")
+    worker.store.add("plain-bad", task="ct.plain", timer="every 2s", kwargs={"fail": True})
+    ok = worker.claim("plain-ok")
+    bad = worker.claim("plain-bad")
+    worker.send(ok)
+    worker.send(bad)
+    done = worker.ended(ok)
+    assert (done.state, done.result) == ("succeeded", '{"plain": true}'), worker.logs()
+    assert done.node is not None
+    assert done.node.startswith("ct-")
+    assert done.started_at is not None
+    assert worker.store.get("plain-ok").last_run == done.started_at
+    failed = worker.ended(bad)
+    assert failed.state == "failed"
+    assert failed.reason == "ValueError: plain task failed on purpose"
+
+
+def test_a_killed_child_leaves_its_fire_abandoned_and_a_live_one_is_kept(worker: Worker) -> None:
+    """Regression: kill -9 of a prefork child left its fire "started" for ever, and a task
+    with overlap policy skip was then held back for six hours."""
+    worker.store.add("victim", task="ct.sleepy", timer="every 5s", args=[30])
+    worker.store.add("alive", task="ct.sleepy", timer="every 10s", args=[4])
+    victim, alive = worker.claim("victim"), worker.claim("alive")
+    for claim in (victim, alive):
+        worker.send(claim)
+    sleepy = worker.dir / "sleepy.txt"
+
+    def pids() -> dict[str, int]:
+        lines = sleepy.read_text().split() if sleepy.exists() else []
+        return {lines[i]: int(lines[i + 1]) for i in range(0, len(lines) - 1, 2)}
+
+    worker.wait(lambda: {victim.task_id, alive.task_id} <= set(pids()), "both runs to start")
+    os.kill(pids()[victim.task_id], signal.SIGKILL)
+    beat = Claimer(worker.store, "test-beat")
+
+    def abandoned() -> Fire | None:
+        beat.abandon_silent()
+        fire = worker.store.fire_by_task_id(victim.task_id)
+        return fire if fire is not None and fire.state == "abandoned" else None
+
+    fire: Fire = worker.wait(abandoned, "the killed run to be recorded abandoned", 15)
+    assert fire.reason is not None
+    assert "stopped reporting on the run" in fire.reason
+    # The other run kept heartbeating past abandon_after (2 s) and ends normally.
+    assert worker.ended(alive).state == "succeeded"
 
 
 def _json(value: Any) -> str:

@@ -1,0 +1,267 @@
+"""The worker side of every fire beat publishes: store access, run records, liveness.
+
+* :func:`store_for` gives each app one store per process (a forked child opens its own).
+* A plain task (any base class) whose message carries beat's headers gets its start and
+  outcome recorded from Celery's worker signals, when the worker's app names a
+  ``cronstore_url``: ``list``, ``show`` and ``history`` then show its last run, outcome,
+  node, error and result. :class:`~celery_cronstore.CronTask` records its own (with its
+  guard on top). A worker that cannot reach the store still runs the task and says so
+  once.
+* :class:`Liveness` keeps the fires a process runs alive in the ledger (one statement per
+  process every quarter of ``cronstore_abandon_after``; beat records a fire whose worker
+  went silent ``abandoned``), retries end-of-run records the database refused (a bounded
+  outbox: a database restart never leaves a finished run ``started``), and logs how far
+  the worker's clock is from the database's.
+
+The signal handlers are connected when this module is imported: the ``celery`` command
+imports it through the ``cronstore`` command plugin, so ``celery -A app worker`` has them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from datetime import datetime, timezone
+from typing import Any
+
+from celery import signals
+from celery.exceptions import SoftTimeLimitExceeded
+
+from celery_cronstore.config import Config
+from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY, H_NAME
+from celery_cronstore.store import Store, runs
+
+__all__ = ["Liveness", "liveness_for", "store_for", "use_store"]
+
+logger = logging.getLogger("celery_cronstore.worker")
+
+#: End-of-run records kept for a retry while the database is away (oldest dropped first).
+OUTBOX_MAX = 10_000
+
+_lock = threading.Lock()
+#: id(app) -> (app, pid, store): one store per app and process (a fork gets its own).
+_stores: dict[int, tuple[Any, int, Store]] = {}
+#: id(app) -> (app, pid, liveness).
+_liveness: dict[int, tuple[Any, int, Liveness]] = {}
+#: Apps whose plain-task records failed once (warned; not again).
+_warned: set[int] = set()
+
+
+def store_for(app: Any) -> Store:
+    """Return the store of ``app`` for this process (built on first use, not at import)."""
+    key = id(app)
+    entry = _stores.get(key)
+    pid = os.getpid()
+    if entry is not None and entry[1] == pid:
+        return entry[2]
+    with _lock:
+        entry = _stores.get(key)
+        if entry is not None and entry[1] == pid:
+            return entry[2]
+        if entry is not None:
+            # Inherited across fork: never use the parent's connections.
+            entry[2].engine.dispose(close=False)
+        store = Store.from_app(app)
+        _stores[key] = (app, pid, store)
+        return store
+
+
+def use_store(app: Any, store: Store | None) -> None:
+    """Make the fires of ``app`` use ``store`` in this process (tests); ``None`` resets."""
+    with _lock:
+        if store is None:
+            _stores.pop(id(app), None)
+        else:
+            _stores[id(app)] = (app, os.getpid(), store)
+        _liveness.pop(id(app), None)
+
+
+class Liveness:
+    """The fires one process runs: kept alive in the ledger, their end records delivered."""
+
+    def __init__(self, store: Store, abandon_after: float) -> None:
+        self.store = store
+        self.abandon_after = abandon_after
+        self.running: set[str] = set()
+        self.outbox: deque[tuple[str, str, dict[str, Any]]] = deque(maxlen=OUTBOX_MAX)
+        self._guard = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._next_clock_check = 0.0
+
+    def started(self, task_id: str) -> None:
+        """Note that fire ``task_id`` runs here (its lease is renewed until it ends)."""
+        with self._guard:
+            self.running.add(task_id)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="cronstore-liveness", daemon=True
+                )
+                self._thread.start()
+
+    def finish(self, task_id: str, state: str, **details: Any) -> bool | None:
+        """Record how fire ``task_id`` ended; if the database refuses, keep it to retry.
+
+        Return whether the fire was still in flight (``None``: queued for a retry).
+        """
+        with self._guard:
+            self.running.discard(task_id)
+        try:
+            return runs.finish_fire(self.store.db, task_id, state, **details)
+        except SoftTimeLimitExceeded:  # the caller records the run as timed out instead
+            raise
+        except Exception as exc:
+            logger.warning(
+                "fire %s: could not record %s (%s); retrying in the background",
+                task_id,
+                state,
+                type(exc).__name__,
+            )
+            with self._guard:
+                self.outbox.append((task_id, state, details))
+            return None
+
+    def beat(self) -> None:
+        """Renew the leases of the running fires, deliver queued records, check the clock."""
+        with self._guard:
+            running = sorted(self.running)
+            queued = list(self.outbox)
+        if running:
+            runs.keep_alive(self.store.db, running, self.abandon_after)
+        for item in queued:
+            task_id, state, details = item
+            runs.finish_fire(self.store.db, task_id, state, **details)
+            with self._guard:
+                if item in self.outbox:
+                    self.outbox.remove(item)
+        if time.monotonic() >= self._next_clock_check:
+            self._next_clock_check = time.monotonic() + CLOCK_WARN_EVERY
+            offset = clock_offset(self.store)
+            if abs(offset) > CLOCK_WARN:
+                logger.warning(
+                    "this worker's clock is %+.1fs off the database's; deadlines and the "
+                    "early-drop rule use the database's (fix NTP on this host)",
+                    offset,
+                )
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(max(1.0, self.abandon_after / 4))
+            try:
+                self.beat()
+            except Exception as exc:  # the database may be away: try again next round
+                logger.warning("cronstore liveness: %s: %s", type(exc).__name__, exc)
+
+
+def clock_offset(store: Store) -> float:
+    """Return this host's clock minus the store's (seconds; SQLite: the host's, so ~0)."""
+    return (datetime.now(timezone.utc) - store.now()).total_seconds()
+
+
+def liveness_for(app: Any) -> Liveness:
+    """Return the :class:`Liveness` of ``app`` in this process."""
+    key = id(app)
+    pid = os.getpid()
+    entry = _liveness.get(key)
+    if entry is not None and entry[1] == pid:
+        return entry[2]
+    store = store_for(app)  # takes the lock itself: not while we hold it
+    with _lock:
+        entry = _liveness.get(key)
+        if entry is None or entry[1] != pid:
+            entry = (app, pid, Liveness(store, Config.from_app(app).abandon_after))
+            _liveness[key] = entry
+        return entry[2]
+
+
+# -- plain tasks, from the worker's signals ------------------------------------------------
+
+
+def _from_beat(task: Any, request: Any) -> str | None:
+    """Return the fire's task id if ``task`` is a plain task run from a beat message."""
+    if task is None or getattr(task, "cronstore_guarded", False) or request is None:
+        return None
+    headers = getattr(request, "headers", None) or {}
+    if not (headers.get(H_NAME) or getattr(request, H_NAME, None)):
+        return None
+    if not task.app.conf.get("cronstore_url"):
+        return None  # this worker has no store: run the task, record nothing
+    task_id = getattr(request, "id", None)
+    return str(task_id) if task_id else None
+
+
+def _unrecorded(task: Any, exc: BaseException) -> None:
+    if id(task.app) not in _warned:
+        _warned.add(id(task.app))
+        logger.warning(
+            "cannot record the runs of beat's plain tasks in the store (%s: %s); they still "
+            "run, unrecorded",
+            type(exc).__name__,
+            exc,
+        )
+
+
+def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
+    task = task or sender
+    task_id = _from_beat(task, getattr(task, "request", None))
+    if task_id is None:
+        return
+    try:
+        live = liveness_for(task.app)
+        node = str(task.request.hostname or socket.gethostname())
+        if runs.record_start(live.store.db, task_id, node=node, abandon_after=live.abandon_after):
+            live.started(task_id)
+    except Exception as exc:
+        _unrecorded(task, exc)
+
+
+def _on_postrun(
+    sender: Any = None, task: Any = None, retval: Any = None, state: str | None = None, **_: Any
+) -> None:
+    task = task or sender
+    task_id = _from_beat(task, getattr(task, "request", None))
+    if task_id is None:
+        return
+    outcome = {"SUCCESS": "succeeded", "RETRY": "retrying"}.get(state or "", "failed")
+    details: dict[str, Any] = {}
+    if outcome == "succeeded":
+        details["result"] = retval
+    else:
+        details["error"] = f"{type(retval).__name__}: {retval}" if retval is not None else state
+    try:
+        live = liveness_for(task.app)
+        if outcome == "retrying":
+            details["hold"] = live.abandon_after * 4  # the retry's countdown is not known here
+        live.finish(task_id, outcome, **details)
+    except Exception as exc:
+        _unrecorded(task, exc)
+
+
+def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, **_: Any) -> None:
+    """Record a beat-published run the worker discarded unstarted because it expired.
+
+    Celery drops an expired message before the task is called: without this the ledger
+    would say "published" for a fire that never ran.
+    """
+    if not expired or sender is None or request is None:
+        return
+    headers = getattr(request, "headers", None) or {}
+    task_id = getattr(request, "id", None)
+    if not task_id or not (headers.get(H_NAME) or getattr(request, H_NAME, None)):
+        return
+    if not getattr(sender, "cronstore_guarded", False) and not sender.app.conf.get("cronstore_url"):
+        return
+    reason = "not started: the message expired (starting deadline) before a worker took it"
+    try:
+        if runs.expire_fire(store_for(sender.app).db, str(task_id), reason):
+            logger.warning("%s[%s]: expired before it started", sender.name, task_id)
+    except Exception:
+        logger.exception("%s[%s]: could not record the expiry", sender.name, task_id)
+
+
+signals.task_prerun.connect(_on_prerun, weak=False)
+signals.task_postrun.connect(_on_postrun, weak=False)
+signals.task_revoked.connect(_on_revoked, weak=False)
