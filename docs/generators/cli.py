@@ -43,6 +43,7 @@ COMMANDS = (
     "validate",
     "migrate",
     "health",
+    "prune",
 )
 #: Wrap the help as click does in an 80-column terminal (two columns short of it), whatever
 #: the terminal at hand; CliRunner would otherwise wrap at 80.
