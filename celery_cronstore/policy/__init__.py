@@ -23,6 +23,7 @@ from celery_cronstore.policy.fires import (
     make_claim,
     missed_entry,
     plan,
+    plan_past,
     timer_of,
 )
 from celery_cronstore.policy.health import CLOCK_WARN, CLOCK_WARN_EVERY, beat_health
@@ -82,6 +83,7 @@ __all__ = [
     "missed_entry",
     "option_problems",
     "plan",
+    "plan_past",
     "send_refusal",
     "timer_of",
 ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from celery_cronstore.errors import TimerError
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
 from celery_cronstore.timers import Timer, parse_timer
 
@@ -34,11 +35,24 @@ __all__ = [
     "make_claim",
     "missed_entry",
     "plan",
+    "plan_past",
     "timer_of",
 ]
 
 #: Namespace of the deterministic Celery task ids (uuid5 of task identity + fire time).
 _NAMESPACE = uuid.UUID("6f6b3d1e-4a43-4c8e-9d53-2f7d8a1c0b5e")
+#: How far past ``now`` a timer that failed to answer is asked again (first answer wins).
+PAST_STEPS = tuple(
+    timedelta(**unit)
+    for unit in (
+        {"minutes": 1},
+        {"hours": 1},
+        {"days": 1},
+        {"days": 7},
+        {"days": 31},
+        {"days": 366},
+    )
+)
 #: Grid points of a backlog walked one by one; past that it is searched (O(1) in length).
 WALK_LIMIT = 1000
 _TICK = timedelta(microseconds=1)
@@ -362,6 +376,52 @@ def plan(
             claims.append(make_claim(task, when, claimed.task_id, claimed.attempts, timer))
     update = RowUpdate(next_run=walk.following, last_fire=walk.tail[-1], runs=len(claims))
     return Plan(update, entries, claims)
+
+
+def plan_past(
+    task: PeriodicTask,
+    timer: Timer,
+    now: datetime,
+    error: Exception,
+    *,
+    node: str,
+    lease: timedelta,
+) -> Plan | None:
+    """Plan a task whose timer failed to answer near ``now``: ask it again further on.
+
+    A timer error must not kill a task that still has future fires: the fire that was
+    due (a grid point computed earlier) is still claimed, and the next plan is the timer's
+    first answer after ``now`` plus one of :data:`PAST_STEPS`. Return ``None`` when no
+    step gives an answer (the caller puts the row in error).
+    """
+    for step in PAST_STEPS:
+        try:
+            following = timer.next_after(now + step)
+        except TimerError:
+            continue
+        if following is None:
+            return None
+        due = task.next_run if task.next_run not in (None, EPOCH) else None
+        if due is None or due > now:
+            return Plan(RowUpdate(next_run=following))
+        task_id = fire_task_id(task.id, task.name, due)
+        entry = Entry(
+            periodic_task_id=task.id,
+            fire_time=due,
+            task_id=task_id,
+            state="claimed",
+            reason=f"the timer could not answer after this fire ({error}); next plan "
+            f"{following.isoformat()}",
+            claimed_by=node,
+            lease_until=now + lease,
+            claimed_at=now,
+        )
+        try:
+            claim = make_claim(task, due, task_id, 1, timer)
+        except TimerError:
+            claim = make_claim(task, due, task_id, 1, None)
+        return Plan(RowUpdate(next_run=following, last_fire=due, runs=1), [entry], [claim])
+    return None
 
 
 def _once(read: Callable[[], Running | None]) -> Callable[[], Running | None]:

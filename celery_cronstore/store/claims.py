@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from celery_cronstore import faults, policy
-from celery_cronstore.errors import TimerError
+from celery_cronstore.errors import TimerError, TimerSearchError
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
 from celery_cronstore.store.engine import as_utc, now_expression
 from celery_cronstore.store.leases import LeaseKeeper
@@ -176,7 +176,16 @@ class Claimer(LeaseKeeper):
                 return
         except SQLAlchemyError:
             raise
-        except TimerError as exc:  # a timer that cannot answer at this instant
+        except TimerSearchError as exc:  # a timer that cannot answer near this instant
+            past = policy.plan_past(
+                task, policy.timer_of(task), now, exc, node=self.node, lease=self.lease
+            )
+            if past is not None:
+                logger.warning("beat: periodic task %r: %s; planned past it", task.name, exc)
+                batch.items.append(_Item(task, past))
+                return
+            reason = str(exc)
+        except TimerError as exc:
             reason = str(exc)
         except Exception as exc:  # one hostile row must never stop every other task
             logger.warning("beat: cannot plan periodic task row %r", row.id, exc_info=True)

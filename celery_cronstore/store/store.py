@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from celery_cronstore.errors import DuplicateTaskError, TimerError
+from celery_cronstore.errors import DuplicateTaskError, TimerError, TimerSearchError
 from celery_cronstore.policy import backlog, missed_entry, timer_of
 from celery_cronstore.records import EPOCH, PeriodicTask
 from celery_cronstore.store import migrate
@@ -179,7 +179,7 @@ class Store(StoreReads):
         with self.begin() as conn:
             now = self.now(conn)
             values.update(created_at=now, updated_at=now)
-            values["next_run"] = parsed.first_fire(now) if enabled else None
+            values["next_run"] = _first_plan(parsed, now, None, enabled)
             try:
                 conn.execute(sa.insert(periodic_task).values(**values))
             except IntegrityError:
@@ -393,7 +393,12 @@ def _first_plan(
     stored timer is bad, so beat puts it in error with the reason."""
     if not enabled:
         return None
-    return EPOCH if timer is None else timer.first_fire(now, last_fire)
+    if timer is None:
+        return EPOCH
+    try:
+        return timer.first_fire(now, last_fire)
+    except TimerSearchError:  # beat plans past the instant the timer cannot answer at
+        return EPOCH
 
 
 def _timer_values(timer: Timer) -> dict[str, str]:
