@@ -15,6 +15,9 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.pool import StaticPool
 
+from celery_cronstore.errors import StoreError
+from celery_cronstore.urls import driver_hint, url_problem
+
 __all__ = [
     "WRITE_OPTION",
     "Dialect",
@@ -59,10 +62,13 @@ def create_store_engine(
     MariaDB) bounds how long a session may sit in a transaction, wait for a lock or run a
     statement: a process frozen mid-transaction is cut off and its row locks released.
     """
+    problem = url_problem(url) if isinstance(url, str) else None
+    if problem is not None:
+        raise StoreError(problem)
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         options.setdefault("pool_pre_ping", True)
-        engine = sa.create_engine(parsed, **options)
+        engine = _create(parsed, url, options)
         if session_timeout is not None:
             _limit_sessions(engine, session_timeout)
         return _fork_safe(engine)
@@ -72,7 +78,7 @@ def create_store_engine(
     connect_args.setdefault("timeout", 30)
     if memory:
         options.setdefault("poolclass", StaticPool)
-    engine = sa.create_engine(parsed, connect_args=connect_args, **options)
+    engine = _create(parsed, url, {"connect_args": connect_args, **options})
     if not memory:
         _fork_safe(engine)
 
@@ -100,6 +106,14 @@ def create_store_engine(
 _PG_LIMITS = ("idle_in_transaction_session_timeout", "lock_timeout", "statement_timeout")
 
 
+def _create(parsed: URL, url: str, options: dict[str, Any]) -> Engine:
+    """``sqlalchemy.create_engine``, with a missing driver said in one line with its fix."""
+    try:
+        return sa.create_engine(parsed, **options)
+    except ImportError as exc:
+        raise StoreError(driver_hint(exc, str(url))) from None
+
+
 def _limit_sessions(engine: Engine, seconds: float) -> None:
     """Set the server's own limits on every new connection of ``engine`` (see above)."""
     millis = max(1000, int(seconds * 1000))
@@ -124,6 +138,21 @@ def _limit_sessions(engine: Engine, seconds: float) -> None:
                 cursor.execute(f"SET SESSION max_statement_time = {seconds:g}")
         cursor.close()
         dbapi_conn.commit()
+
+    if engine.dialect.name == "postgresql":
+
+        @event.listens_for(engine, "after_cursor_execute")
+        def _rearm(
+            conn: sa.Connection, cursor: Any, _sql: str, _p: Any, _c: Any, executemany: bool
+        ) -> None:
+            # psycopg 3 runs executemany in pipeline mode, after which PostgreSQL does not
+            # arm idle_in_transaction_session_timeout: a beat frozen just after its claim's
+            # batch UPDATE held its row locks for as long as it stayed frozen. One plain
+            # statement (own cursor: the batch's rowcount is still to be read) re-arms it.
+            if executemany and conn.in_transaction():
+                extra = cursor.connection.cursor()
+                extra.execute("SELECT 1")
+                extra.close()
 
 
 def probe(engine: Engine) -> Dialect:
