@@ -111,6 +111,12 @@ class Fire:
     reason: str | None
     result: str | None
 
+    @property
+    def lateness(self) -> float | None:
+        """Return seconds from the fire time to its start (or publish), if it got that far."""
+        moment = self.started_at or self.published_at
+        return None if moment is None else (moment - self.fire_time).total_seconds()
+
 
 @dataclass(frozen=True)
 class Claim:

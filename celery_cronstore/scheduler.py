@@ -25,7 +25,12 @@ from celery_cronstore import faults
 from celery_cronstore.beat_schedule import timer_from_entry
 from celery_cronstore.calls import call_problem
 from celery_cronstore.config import Config
-from celery_cronstore.errors import CronstoreError, DuplicateTaskError, SchemaVersionError
+from celery_cronstore.errors import (
+    CronstoreError,
+    DuplicateTaskError,
+    SchemaVersionError,
+    StoreError,
+)
 from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY
 from celery_cronstore.publish import BoundRouter, publish
 from celery_cronstore.records import Claim
@@ -33,6 +38,7 @@ from celery_cronstore.secrets import app_passwords, scrub
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.engine import redact
 from celery_cronstore.store.retention import Pruner
+from celery_cronstore.urls import driver_hint
 
 __all__ = ["Scheduler"]
 
@@ -66,6 +72,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         self._stalled_since: datetime | None = None
         self._locked_out = 0.0
         self._clock_offset: float | None = None
+        self._told_transport = False
         self._next_clock_warning = 0.0
         # Celery builds the scheduler once with lazy=True for the banner: no I/O then.
         super().__init__(app, *args, lazy=lazy, **kwargs)
@@ -137,7 +144,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             "session_timeout": self.config.lease / 2,
             **self.config.engine_options,
         }
-        store = self.store or Store(self.config.url, **options)
+        try:
+            store = self.store or Store(self.config.url, **options)
+        except StoreError as exc:  # a URL or driver problem: one line that names the fix
+            logger.critical("beat: %s", exc)
+            raise SystemExit(f"celery-cronstore: {exc}") from None
         self.store = store
         if self.config.is_sqlite and self.config.auto_migrate_sqlite:
             store.upgrade()
@@ -314,6 +325,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
                 sent.extend(went)
             done = len(claims)
         except Exception as exc:  # broker errors come in many types; none may kill beat
+            if isinstance(exc, ImportError) and not self._told_transport:
+                # kombu imports its transport lazily: a missing package shows up here.
+                self._told_transport = True
+                logger.critical("beat: %s", driver_hint(exc, str(self.app.conf.broker_url)))
             lost = {c.task_id for c, _ in failed}
             self._pending = [c for c in claims[done:] if c.task_id not in lost]
             logger.error(

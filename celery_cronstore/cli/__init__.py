@@ -14,8 +14,10 @@ from celery_cronstore.cli import web as _web  # noqa: F401  (web)
 from celery_cronstore.cli.group import cronstore
 
 # The ``celery`` command imports this package for its plugin commands in every process
-# it starts: a worker then records the runs of beat's plain tasks (signal handlers).
+# it starts: a worker then records the runs of beat's plain tasks, and beat warns when
+# it runs another scheduler while cronstore_url is set (signal handlers).
 from celery_cronstore import worker as _worker  # noqa: F401  isort: skip
+from celery_cronstore import checks as _checks  # noqa: F401  isort: skip  (another scheduler)
 
 __all__ = ["cronstore", "main"]
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from celery_cronstore.records import Fire
+from celery_cronstore.store.rows import FIRE_COLUMNS, to_fire
 from celery_cronstore.store.schema import beat, fire, periodic_task
 
 __all__ = [
@@ -27,7 +29,6 @@ __all__ = [
     "SORTS",
     "BeatRow",
     "Figures",
-    "FireRow",
     "Page",
     "Problems",
     "TaskQuery",
@@ -95,34 +96,6 @@ class TaskRow:
 
 
 @dataclass(frozen=True)
-class FireRow:
-    """One ledger row as the history table and the chart show it."""
-
-    id: int
-    fire_time: datetime
-    fire_until: datetime | None
-    fire_count: int
-    task_id: str
-    state: str
-    claimed_by: str | None
-    attempts: int
-    claimed_at: datetime | None
-    published_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    node: str | None
-    reason: str | None
-    result: str | None
-    name: str = ""
-
-    @property
-    def lateness(self) -> float | None:
-        """Return seconds from the fire time to its start (or publish), if it got that far."""
-        moment = self.started_at or self.published_at
-        return None if moment is None else (moment - self.fire_time).total_seconds()
-
-
-@dataclass(frozen=True)
 class BeatRow:
     """A beat process and how long ago it last ticked."""
 
@@ -147,8 +120,8 @@ class Problems:
     """What needs an operator: rows in error, fires that did not run, beats, re-publishes."""
 
     in_error: Sequence[TaskRow]
-    not_run: Sequence[FireRow]
-    republished: Sequence[FireRow]
+    not_run: Sequence[Fire]
+    republished: Sequence[Fire]
     beats: Sequence[BeatRow]
     since: datetime
 
@@ -166,23 +139,6 @@ _TASK_COLUMNS = (
     _PT.next_run,
     _PT.last_fire,
     _PT.error,
-)
-_FIRE_COLUMNS = (
-    _F.id,
-    _F.fire_time,
-    _F.fire_until,
-    _F.fire_count,
-    _F.task_id,
-    _F.state,
-    _F.claimed_by,
-    _F.attempts,
-    _F.claimed_at,
-    _F.published_at,
-    _F.started_at,
-    _F.finished_at,
-    _F.node,
-    _F.reason,
-    _F.result,
 )
 
 
@@ -268,25 +224,30 @@ def fire_page(conn: sa.Connection, task_id: int, *, page: int = 1, per_page: int
     if page < 1 or not 1 <= per_page <= MAX_PAGE_SIZE:
         raise ValueError(f"bad page {page} / page size {per_page}")
     query = (
-        sa.select(*_FIRE_COLUMNS)
+        _with_names()
         .where(_F.periodic_task_id == task_id)
         .order_by(_F.fire_time.desc())
         .limit(per_page + 1)
         .offset((page - 1) * per_page)
     )
-    rows = [FireRow(**r._asdict()) for r in conn.execute(query)]
+    rows = [to_fire(r) for r in conn.execute(query)]
     return Page(rows[:per_page], page, per_page, len(rows) > per_page)
 
 
-def fire_series(conn: sa.Connection, task_id: int, *, limit: int = 200) -> list[FireRow]:
+def fire_series(conn: sa.Connection, task_id: int, *, limit: int = 200) -> list[Fire]:
     """Return a task's newest ``limit`` fires, oldest first (for the chart)."""
     query = (
-        sa.select(*_FIRE_COLUMNS)
+        _with_names()
         .where(_F.periodic_task_id == task_id)
         .order_by(_F.fire_time.desc())
         .limit(limit)
     )
-    return [FireRow(**r._asdict()) for r in conn.execute(query)][::-1]
+    return [to_fire(r) for r in conn.execute(query)][::-1]
+
+
+def _with_names() -> sa.Select[Any]:
+    """Ledger rows with their task's name (the join is by primary key)."""
+    return sa.select(*FIRE_COLUMNS).join_from(fire, periodic_task, _F.periodic_task_id == _PT.id)
 
 
 def beats(conn: sa.Connection, now: datetime) -> list[BeatRow]:
@@ -318,9 +279,7 @@ def problems(
     since = now - window
     in_error = sa.select(*_TASK_COLUMNS).where(_PT.error.is_not(None)).order_by(_PT.id).limit(limit)
     error_rows = [TaskRow(**r._asdict(), last_state=None) for r in conn.execute(in_error)]
-    joined = sa.select(*_FIRE_COLUMNS, _PT.name).join_from(
-        fire, periodic_task, _F.periodic_task_id == _PT.id
-    )
+    joined = _with_names()
     not_run = joined.where(
         _F.state.in_(PROBLEM_STATES), _F.fire_time >= since, _F.fire_time <= now
     ).order_by(_F.fire_time.desc())
@@ -329,8 +288,8 @@ def problems(
     ).order_by(_F.fire_time.desc())
     return Problems(
         in_error=error_rows,
-        not_run=[FireRow(**r._asdict()) for r in conn.execute(not_run.limit(limit))],
-        republished=[FireRow(**r._asdict()) for r in conn.execute(republished.limit(limit))],
+        not_run=[to_fire(r) for r in conn.execute(not_run.limit(limit))],
+        republished=[to_fire(r) for r in conn.execute(republished.limit(limit))],
         beats=beats(conn, now),
         since=since,
     )

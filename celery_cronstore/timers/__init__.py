@@ -82,6 +82,7 @@ _PARSE_CACHE = 4096
 def _parse_cached(expression: str, kind: str | None, tz: str | None) -> Timer:
     if not expression.strip():
         raise TimerSyntaxError("empty timer expression", expression=expression)
+    detected = kind is None
     if kind is None:
         kind = detect_kind(expression)
     parser = _PARSERS.get(kind)
@@ -89,7 +90,27 @@ def _parse_cached(expression: str, kind: str | None, tz: str | None) -> Timer:
         raise TimerSyntaxError(
             f"unknown timer kind (expected one of {', '.join(KINDS)})", token=kind
         )
-    return parser.parse(expression, tz=tz)
+    try:
+        return parser.parse(expression, tz=tz)
+    except TimerSyntaxError:
+        if detected and kind == "calendar" and _looks_like_cron(expression):
+            fields = len(expression.split())
+            raise TimerSyntaxError(
+                "cron needs 5 or 6 fields (minute hour day-of-month month day-of-week "
+                f"[seconds]), got {fields}",
+                expression=expression,
+            ) from None
+        raise
+
+
+#: One crontab field: numbers, ``*``, steps, ranges, lists, or a month/weekday name.
+_CRON_FIELD = re.compile(r"^(?:[0-9*/,\-]+|[A-Za-z]{3}(?:-[A-Za-z]{3})?)$")
+
+
+def _looks_like_cron(expression: str) -> bool:
+    """Whether a failed calendar expression was meant as a crontab line of the wrong size."""
+    fields = expression.split()
+    return ":" not in expression and len(fields) >= 3 and all(_CRON_FIELD.match(f) for f in fields)
 
 
 def is_valid(expression: str, *, kind: str | None = None, tz: str | None = None) -> bool:

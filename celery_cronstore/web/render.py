@@ -17,7 +17,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from celery_cronstore.errors import TimerError
-from celery_cronstore.store.read import FireRow
+from celery_cronstore.records import Fire
 from celery_cronstore.timers import parse_timer
 from celery_cronstore.timers.base import resolve_zone
 
@@ -100,7 +100,7 @@ def relative(instant: datetime | None, now: datetime) -> str:
     return f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago"
 
 
-def lateness_chart(fires: Sequence[FireRow], *, width: int = 720, height: int = 220) -> Markup:
+def lateness_chart(fires: Sequence[Fire], *, width: int = 720, height: int = 220) -> Markup:
     """Return an SVG chart: each fire's lateness (y) over its fire time (x), by outcome.
 
     Fires that never ran (missed, expired, dropped, skipped) sit as crosses on the bottom
@@ -162,7 +162,7 @@ def lateness_chart(fires: Sequence[FireRow], *, width: int = 720, height: int = 
     return Markup("".join(parts))
 
 
-def states_in(fires: Iterable[FireRow]) -> list[str]:
+def states_in(fires: Iterable[Fire]) -> list[str]:
     """Return the distinct states of ``fires`` in first-seen order (the chart's legend)."""
     seen: dict[str, None] = {}
     for f in fires:

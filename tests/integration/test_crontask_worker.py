@@ -51,6 +51,7 @@ app.conf.update(
     broker_transport_options={
         "data_folder_in": str(HERE / "broker"),
         "data_folder_out": str(HERE / "broker"),
+        "control_folder": str(HERE / "control"),
         "processed_folder": str(HERE / "processed"),
     },
     broker_connection_retry_on_startup=True,
@@ -203,6 +204,7 @@ def worker(
         broker_transport_options={
             "data_folder_in": str(tmp / "broker"),
             "data_folder_out": str(tmp / "broker"),
+            "control_folder": str(tmp / "control"),
         },
     )
     env = dict(os.environ, CT_DIR=str(tmp), CT_STORE=url)

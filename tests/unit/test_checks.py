@@ -76,11 +76,11 @@ def test_message_names_the_app_as_started() -> None:
 def test_real_beat_with_the_default_scheduler_warns(tmp_path: Path) -> None:
     # A worker's -S is --statedb: `worker -B -S celery_cronstore.Scheduler` on an app
     # that does not name the scheduler runs Celery's default one. Beat alone shows it too.
+    # The app imports nothing of ours: the celery command's plugin (our CLI) connects it.
     (tmp_path / "shopapp.py").write_text(
         textwrap.dedent(
             f"""
             from celery import Celery
-            import celery_cronstore.checks  # what the celery command's CLI plugin imports
 
             app = Celery("shop", broker="memory://")
             app.conf.cronstore_url = "sqlite:///{tmp_path / "store.sqlite"}"

@@ -68,3 +68,15 @@ def test_utc_spellings_give_one_zone_name(tz: str | None) -> None:
     assert parse_timer("*/5 * * * *", tz=tz).tz_name == "UTC"
     assert parse_timer("every 5m", tz=tz).tz_name == "UTC"
     assert parse_timer("2026-12-01T09:00:00Z", tz=tz).tz_name == "UTC"
+
+
+@pytest.mark.parametrize(
+    ("expression", "count"), [("*/5 * * *", 4), ("0 9 1 *", 4), ("0 9 * * * * *", 7)]
+)
+def test_a_crontab_line_of_the_wrong_size_says_cron_needs_five_or_six_fields(
+    expression: str, count: int
+) -> None:
+    """Regression: a 4-field cron line was read as a calendar event ("expected '-' or '~' in
+    the date")."""
+    with pytest.raises(TimerSyntaxError, match=rf"cron needs 5 or 6 fields .* got {count}"):
+        parse_timer(expression)
