@@ -6,7 +6,8 @@ reproduces one failure of issue 11 (it failed before the change, see docs/reliab
 
 * a row whose args do not fit its task: only that row stops (error, fire ``dropped``);
 * a ``next_run`` moved back onto a fire already in the ledger: planned past, on every
-  replica, nothing doubled, ``disable`` works; the same through the API alone;
+  replica, nothing doubled, ``disable`` works; the same state through the API alone (a
+  one-off passed while no beat ran, disabled and enabled);
 * a beat frozen mid-claim (lease 10 s): its rows are taken over within the lease, fires
   stay claim-once and the healthy beats do not spin; a second beat on SQLite is warned;
 * a beat whose due rows are all locked elsewhere is unhealthy, then healthy again.
@@ -305,14 +306,6 @@ def test_a_next_run_moved_onto_a_recorded_fire_is_planned_past_on_every_replica(
     for name, timer in HEALTHY.items():
         store.add(name, task="e2e.record", timer=timer, args=[name])
     store.add("moved", task="e2e.record", timer="*:*:*", args=["moved"])
-    # The API-only path to the same state: a one-off whose instant passes with no beat
-    # running (disable records it missed), then enabled again.
-    instant = store.now() + timedelta(seconds=1)
-    store.add("once", task="e2e.record", timer=instant.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-              args=["once"])  # fmt: skip
-    time.sleep(1.5)
-    store.disable("once")
-    store.enable("once")
     record = tmp_path / "record.jsonl"
     with celery(tmp_path, redis_url, url, E2E_LEASE="5") as procs:
         procs.worker()
@@ -355,14 +348,50 @@ def test_a_next_run_moved_onto_a_recorded_fire_is_planned_past_on_every_replica(
         assert len(claimers) >= 2, f"only {claimers} claimed: the replicas did not share"
     late = [f for f in fires if f["name"] == "moved" and f["fire_time"] > disabled_at]
     assert late == [], "a fire claimed after disable() committed"
-    once = [f for f in fires if f["name"] == "once"]
-    assert len(once) <= 1, once
-    assert len(by_name(got)["once"]) <= 1
-    assert store.get("once").error is None
     for index in range(replicas):
         log = procs.log(f"beat{index}")
         assert "IntegrityError" not in log, f"beat{index}: {log[-3000:]}"
         assert "Traceback" not in log, f"beat{index}: {log[-3000:]}"
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "store_kind", [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_one_off_passed_with_no_beat_then_disabled_and_enabled_fires_at_most_once(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_url: str, store_kind: str
+) -> None:
+    """The API alone gets a row onto a recorded fire: disable records the passed instant
+    missed, enable plans it again. Beat must neither fail nor fire it twice."""
+    url = store_url(request, store_kind, tmp_path)
+    store = fresh_store(url)
+    store.add("tick", task="e2e.record", timer="every 1s", args=["tick"])
+    instant = store.now() + timedelta(seconds=1)
+    store.add("once", task="e2e.record", timer=instant.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+              args=["once"])  # fmt: skip
+    time.sleep(1.5)  # the instant passes, no beat running
+    store.disable("once")
+    store.enable("once")
+    record = tmp_path / "record.jsonl"
+    with celery(tmp_path, redis_url, url, E2E_LEASE="5") as procs:
+        procs.worker()
+        procs.beat("beat0")
+        procs.beat("beat1")
+        wait_for(
+            lambda: len(by_name(deliveries(record))["tick"]) >= 4,
+            30,
+            "the other task to keep firing",
+            tmp_path,
+        )
+        logs = procs.log("beat0") + procs.log("beat1")
+    got = deliveries(record)
+    assert_each_delivered_once(got)
+    once = [f for f in ledger(store) if f["name"] == "once"]
+    assert len(once) <= 1, once
+    assert len(by_name(got)["once"]) <= 1
+    assert store.get("once").error is None
+    assert "IntegrityError" not in logs
+    assert "Traceback" not in logs
     store.close()
 
 
