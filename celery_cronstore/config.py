@@ -96,6 +96,14 @@ class Config:
             " lost; the guard starts one copy at most). At most 3 times per fire."
         },
     )
+    default_tz: str = field(
+        default="",
+        metadata={
+            "help": "Time zone of tasks added or edited without one (API, CLI, dashboard)."
+            " Default: the app's ``timezone`` (UTC when unset), the zone ``beat_schedule``"
+            " entries use, so ``0 9 * * *`` means the same time either way."
+        },
+    )
     abandon_after: float = field(
         default=120.0,
         metadata={
@@ -133,6 +141,10 @@ class Config:
     def history(self) -> timedelta | None:
         """How long the ledger keeps fire history (``None``: forever)."""
         return None if self.history_days == 0 else timedelta(days=self.history_days)
+
+    def zone(self, app: Any) -> str:
+        """Return the zone for tasks given without one: this setting, else ``app``'s."""
+        return self.default_tz or str(app.conf.timezone or "UTC")
 
     @property
     def is_sqlite(self) -> bool:

@@ -142,6 +142,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         options = {
             "pool_pre_ping": False,
             "session_timeout": self.config.lease / 2,
+            "app_name": self.app.main,
             **self.config.engine_options,
         }
         try:

@@ -16,15 +16,17 @@ from celery_cronstore.cli.base import (
     Command,
     emit_json,
     fmt_time,
+    get_app,
     get_settings,
     get_store,
     table,
     to_json,
 )
 from celery_cronstore.cli.group import cronstore
+from celery_cronstore.config import Config
 from celery_cronstore.records import MISFIRE_POLICIES, OVERLAP_POLICIES
-from celery_cronstore.store import PeriodicTask
-from celery_cronstore.timers import KINDS
+from celery_cronstore.store import PeriodicTask, Store
+from celery_cronstore.timers import KINDS, parse_timer
 
 __all__ = ["add", "disable", "edit", "enable", "list_", "remove", "remove_owned_by", "show"]
 
@@ -83,7 +85,11 @@ def _definition_options(*, edit: bool) -> Callable[[F], F]:
         click.option("--task", "task", required=not edit, help="Celery task name to send."),
         click.option("--timer", required=not edit, help="Timer expression."),
         click.option("--kind", type=click.Choice(KINDS), help="Timer kind (detected if omitted)."),
-        click.option("--tz", help="Time zone the timer is read in (default UTC)."),
+        click.option(
+            "--tz",
+            help="Time zone the timer is read in (default: cronstore_default_tz, else the "
+            "app's timezone, else UTC).",
+        ),
         click.option("--args", "args_", type=JSON_LIST, help="Positional arguments (JSON array)."),
         click.option("--kwargs", "kwargs_", type=JSON_DICT, help="Keyword arguments (JSON)."),
         click.option("--queue", help="Queue to send to (the task's options.queue)."),
@@ -94,6 +100,12 @@ def _definition_options(*, edit: bool) -> Callable[[F], F]:
             "--start-deadline", type=click.FloatRange(min=0), help="Seconds late a fire may start."
         ),
         click.option("--overlap-policy", type=click.Choice(OVERLAP_POLICIES)),
+        click.option(
+            "--force",
+            is_flag=True,
+            help="Store it even if beat would refuse it (a task this app does not register, "
+            "a one-off instant already past).",
+        ),
     ]
     if edit:
         options.append(
@@ -113,7 +125,7 @@ def _definition_options(*, edit: bool) -> Callable[[F], F]:
 def _changes(values: dict[str, Any]) -> dict[str, Any]:
     """Map the shared options to :meth:`Store.add`/``update`` keywords (only those given)."""
     renamed = {"args_": "args", "kwargs_": "kwargs"}
-    skip = {"queue", "disabled"}
+    skip = {"queue", "disabled", "force"}
     return {
         renamed.get(key, key): value
         for key, value in values.items()
@@ -198,6 +210,8 @@ def add(ctx: click.Context, /, name: str, queue: str | None, disabled: bool, **v
     """Add a periodic task (the timer is validated before anything is written)."""
     store = get_store(ctx)
     changes = _changes(values)
+    if not values.get("force"):
+        _refuse_surprises(ctx, store, changes)
     if queue is not None:
         changes["options"] = {"queue": queue}
     record = store.add(name, enabled=not disabled, source="cli", **changes)
@@ -212,11 +226,34 @@ def edit(ctx: click.Context, /, name: str, queue: str | None, **values: Any) -> 
     """Change fields of a periodic task (only the options given)."""
     store = get_store(ctx)
     changes = _changes(values)
+    if not values.get("force"):
+        _refuse_surprises(ctx, store, changes)
     if queue is not None:
         changes["options"] = {**store.get(name).options, "queue": queue}
     if not changes:
         raise BadInputError("nothing to change: give at least one option")
     _report(ctx, "updated", store.update(name, **changes))
+
+
+def _refuse_surprises(ctx: click.Context, store: Store, changes: dict[str, Any]) -> None:
+    """Refuse what the store would take but beat would not run as the user expects."""
+    app = get_app(ctx)
+    task = changes.get("task")
+    if task is not None and Config.from_app(app).require_registered and task not in app.tasks:
+        raise BadInputError(
+            f"task {task!r} is not registered in app {app.main!r}: beat would put the row in "
+            "error. Import the task's module in the app (or fix the name), or give --force"
+        )
+    if changes.get("timer") is None:
+        return
+    timer = parse_timer(
+        changes["timer"], kind=changes.get("kind"), tz=changes.get("tz") or store.default_tz
+    )
+    if timer.kind == "once" and timer.next_after(store.now()) is None:
+        raise BadInputError(
+            f"the one-off instant {timer} is already past: it would fire at once, late. "
+            "Give a future instant, or --force"
+        )
 
 
 def _report(ctx: click.Context, verb: str, record: PeriodicTask) -> None:

@@ -13,10 +13,12 @@ from alembic.script import ScriptDirectory
 from celery_cronstore.errors import SchemaVersionError
 from celery_cronstore.store.schema import VERSION_TABLE
 
-__all__ = ["check_schema", "current_revision", "head_revision", "upgrade"]
+__all__ = ["check_schema", "current_revision", "fix", "head_revision", "upgrade"]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
-FIX = "run `celery -A <app> cronstore migrate` (or Store.upgrade())"
+def fix(app_name: str | None = None) -> str:
+    """Return the command that creates or upgrades the schema, naming the app if known."""
+    return f"run `celery -A {app_name or '<app>'} cronstore migrate` (or Store.upgrade())"
 
 
 def _config(conn: sa.Connection | None = None) -> Config:
@@ -52,19 +54,28 @@ def upgrade(engine: sa.Engine, revision: str = "head", *, downgrade: bool = Fals
         (command.downgrade if downgrade else command.upgrade)(_config(conn), revision)
 
 
-def check_schema(engine: sa.Engine) -> None:
-    """Raise :class:`SchemaVersionError` unless the schema is at this release's head."""
+def check_schema(engine: sa.Engine, app_name: str | None = None) -> None:
+    """Raise :class:`SchemaVersionError` unless the schema is at this release's head.
+
+    A SQLite file that does not exist is reported as such, without creating it (a
+    connection would leave an empty database file behind).
+    """
+    todo = fix(app_name)
+    path = engine.url.database
+    sqlite_file = engine.dialect.name == "sqlite" and path not in (None, "", ":memory:")
+    if sqlite_file and not Path(str(path)).exists():
+        raise SchemaVersionError(f"the store's database file {path} does not exist: {todo}")
     with engine.connect() as conn:
         current = current_revision(conn)
     head = head_revision()
     if current == head:
         return
     if current is None:
-        raise SchemaVersionError(f"the cronstore tables do not exist yet: {FIX}")
+        raise SchemaVersionError(f"the cronstore tables do not exist yet: {todo}")
     known = {script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()}
     if current in known:
         raise SchemaVersionError(
-            f"the cronstore schema is at revision {current}, this release needs {head}: {FIX}"
+            f"the cronstore schema is at revision {current}, this release needs {head}: {todo}"
         )
     raise SchemaVersionError(
         f"the cronstore schema is at revision {current}, which this release does not know "

@@ -56,6 +56,8 @@ class Store(StoreReads):
         engine: sa.Engine | None = None,
         clock: Clock | None = None,
         call_check: CallCheck | None = None,
+        default_tz: str = "UTC",
+        app_name: str | None = None,
         **engine_options: Any,
     ) -> None:
         self.db = Database(
@@ -64,6 +66,10 @@ class Store(StoreReads):
         #: Whether a task's args/kwargs fit it (``from_app``: the app's task signatures);
         #: returns the reason they do not. Checked by :meth:`add` and :meth:`update`.
         self.call_check = call_check
+        #: Zone of tasks added without one (``from_app``: the app's, see ``Config.zone``).
+        self.default_tz = default_tz
+        #: The Celery app's name, for commands in messages (``celery -A <name> ...``).
+        self.app_name = app_name
 
     @classmethod
     def from_app(cls, app: Any, **kwargs: Any) -> Store:
@@ -73,6 +79,8 @@ class Store(StoreReads):
 
         config = Config.from_app(app)
         kwargs.setdefault("call_check", functools.partial(call_problem, app))
+        kwargs.setdefault("default_tz", config.zone(app))
+        kwargs.setdefault("app_name", app.main)
         return cls(config.url, **config.engine_options, **kwargs)
 
     @property
@@ -110,7 +118,7 @@ class Store(StoreReads):
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaVersionError` (with the fixing command) unless up to date."""
-        migrate.check_schema(self.engine)
+        migrate.check_schema(self.engine, self.app_name)
 
     def drop_all(self) -> None:
         """Drop every cronstore table, trigger and the version table (tests, uninstall)."""
@@ -155,7 +163,7 @@ class Store(StoreReads):
         Raise :class:`TimerSyntaxError` for a bad timer, ``ValueError`` for other bad
         values and :class:`DuplicateTaskError` when the name is taken.
         """
-        parsed = parse_timer(timer, kind=kind, tz=tz)
+        parsed = parse_timer(timer, kind=kind, tz=tz or self.default_tz)
         values = check_values(
             {
                 "name": name,

@@ -22,6 +22,7 @@ from flask import Flask, request
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.orm import Mapped, mapped_column
 
+from celery_cronstore import parse_timer
 from celery_cronstore.contrib.flask import CronStore, owner_of
 
 db = SQLAlchemy()
@@ -79,16 +80,26 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     @app.post("/channels")
     def add_channel() -> tuple[dict[str, Any], int]:
         body = request.get_json(force=True)
+        timer = str(body.get("timer", "*:0/5"))
+        try:  # validate before anything is committed: no channel without its polling task
+            parse_timer(timer)
+        except ValueError as exc:
+            return {"error": f"bad timer: {exc}"}, 400
         channel = MailChannel(name=str(body["name"]))
         db.session.add(channel)
         db.session.commit()
-        task = cronstore.store.add(
-            f"poll-mail-channel-{channel.id}",
-            task="mail.poll",
-            timer=str(body.get("timer", "*:0/5")),
-            args=[channel.id],
-            owner=owner_of(channel),
-        )
+        try:
+            task = cronstore.store.add(
+                f"poll-mail-channel-{channel.id}",
+                task="mail.poll",
+                timer=timer,
+                args=[channel.id],
+                owner=owner_of(channel),
+            )
+        except ValueError as exc:  # refused anyway: take the channel back
+            db.session.delete(channel)
+            db.session.commit()
+            return {"error": str(exc)}, 400
         return {"id": channel.id, "task": task.name, "next_run": str(task.next_run)}, 201
 
     @app.delete("/channels/<int:channel_id>")

@@ -35,10 +35,12 @@ REPO = Path(__file__).resolve().parents[2]
 Run = Callable[..., Result]
 
 
-def make_app(url: str) -> Celery:
+def make_app(url: str, *, registered: bool = False) -> Celery:
+    """An app for the CLI; its tasks live in other services' workers unless ``registered``."""
     app = Celery(f"cli-{uuid.uuid4().hex[:6]}", broker="memory://", set_as_current=False)
     app.conf.cronstore_url = url
     app.conf.task_ignore_result = True
+    app.conf.cronstore_require_registered = registered
     return app
 
 
@@ -74,6 +76,52 @@ def clock() -> None:
 
 def as_json(result: Result) -> Any:
     return json.loads(result.stdout)
+
+
+# -- what beat would refuse is refused when it is added ---------------------------------------
+
+
+def test_add_refuses_a_task_the_app_does_not_register_unless_forced(db_url: str) -> None:
+    app = make_app(db_url, registered=True)
+
+    @app.task(name="reports.send", shared=False)
+    def send(report_id: int) -> None:
+        """A registered task with one argument."""
+
+    run = runner_for(app)
+    run("migrate")
+    err = run("add", "a", "--task", "reports.sned", "--timer", "daily", code=2).stderr
+    assert "task 'reports.sned' is not registered in app" in err
+    assert "or give --force" in err
+    run("add", "a", "--task", "reports.sned", "--timer", "daily", "--force")
+    # Arguments that do not fit the task's signature are refused (beat would put it in error).
+    err = run("add", "b", "--task", "reports.send", "--timer", "daily", code=2).stderr
+    assert "do not fit task 'reports.send'" in err
+    run("add", "b", "--task", "reports.send", "--timer", "daily", "--args", "[7]")
+    err = run("edit", "b", "--args", "[1, 2]", code=2).stderr
+    assert "do not fit task 'reports.send'" in err
+
+
+def test_add_refuses_a_one_off_instant_already_past_unless_forced(run: Run) -> None:
+    run("migrate")
+    err = run("add", "once", "--task", "t", "--timer", "2020-01-01T09:00:00Z", code=2).stderr
+    assert "the one-off instant 2020-01-01T09:00:00Z is already past" in err
+    run("add", "once", "--task", "t", "--timer", "2020-01-01T09:00:00Z", "--force")
+
+
+def test_tasks_added_without_a_zone_use_the_app_s_timezone(db_url: str) -> None:
+    """Regression: API and CLI tasks defaulted to UTC while beat_schedule entries used the
+    app's timezone: the same ``0 9 * * *`` meant two different times."""
+    app = make_app(db_url)
+    app.conf.timezone = "Europe/Berlin"
+    run = runner_for(app)
+    run("migrate")
+    run("add", "nine", "--task", "t", "--timer", "0 9 * * *")
+    assert as_json(run("--json", "show", "nine"))["tz"] == "Europe/Berlin"
+    app.conf.cronstore_default_tz = "America/New_York"
+    run = runner_for(app)
+    run("add", "nine-ny", "--task", "t", "--timer", "0 9 * * *")
+    assert as_json(run("--json", "show", "nine-ny"))["tz"] == "America/New_York"
 
 
 # -- definitions ----------------------------------------------------------------------------
@@ -329,12 +377,19 @@ def test_bad_input_exits_non_zero_with_the_message(run: Run) -> None:
 
 
 def test_missing_schema_names_the_fix(tmp_path: Path) -> None:
-    run = runner_for(make_app(f"sqlite:///{tmp_path / 'fresh.sqlite'}"))
+    """Regression: ``list`` on an unmigrated SQLite store created an empty database file
+    while it failed, and the message said ``celery -A <app>``."""
+    app = make_app(f"sqlite:///{tmp_path / 'fresh.sqlite'}")
+    run = runner_for(app)
     message = run("list", code=1).stderr
-    assert "cronstore tables do not exist yet" in message
-    assert "cronstore migrate" in message
+    assert "fresh.sqlite does not exist" in message
+    assert f"run `celery -A {app.main} cronstore migrate`" in message
+    assert not (tmp_path / "fresh.sqlite").exists()
     run("migrate")
     run("list")
+    (tmp_path / "empty.sqlite").touch()  # a file without our tables
+    message = runner_for(make_app(f"sqlite:///{tmp_path / 'empty.sqlite'}"))("list", code=1).stderr
+    assert "cronstore tables do not exist yet" in message
 
 
 # -- passwords ------------------------------------------------------------------------------

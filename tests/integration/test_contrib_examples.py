@@ -47,6 +47,12 @@ client = app.test_client()
 created = client.post("/channels", json={"name": "support", "timer": "every 1h"})
 assert created.status_code == 201, created.data
 assert client.post("/channels", json={"name": "sales"}).status_code == 201
+# A bad timer is refused before anything is stored (it was a 500 and a channel left
+# without its polling task).
+bad = client.post("/channels", json={"name": "ops", "timer": "every fortnight"})
+assert bad.status_code == 400, bad.data
+assert bad.json["error"].startswith("bad timer: ")
+assert client.get("/channels/3/tasks").json == []
 assert client.get("/channels/1/tasks").json == ["poll-mail-channel-1"]
 assert client.delete("/channels/1").status_code == 204
 assert app.extensions["celery"].conf.cronstore_url == app.config["CRONSTORE_URL"]
