@@ -116,11 +116,11 @@ def gen_migrate_example() -> str:
         shown.append(result.output.rstrip())
         status(result.exit_code)
 
-    app = Celery("app", broker="memory://", set_as_current=False)
+    app = Celery("proj", broker="memory://", set_as_current=False)
     app.conf.update(settings)
     with scratch_folder() as scratch:
         Path(scratch, "docs_app.py").write_text(
-            f"from celery import Celery\n\napp = Celery('app', broker='memory://')\n"
+            f"from celery import Celery\n\napp = Celery('proj', broker='memory://')\n"
             f"app.conf.update({settings!r})\n",
             encoding="utf-8",
         )
