@@ -1,13 +1,12 @@
 """The Django integration against real databases: URLs from DATABASES, owner ties.
 
-Django is configured once per process, so this module configures it once (module scope):
-a SQLite database in a temporary directory as ``default``, plus ``postgres`` and
-``mysql`` aliases on the scratch databases of conftest.py when those servers are up. The
-app is this module (an installed app without migrations: installed, so that Django sees
-the foreign key and cascades); its models are declared once Django is set up and their
-tables are created with the schema editor. The store lives in the same database as the app tables,
-as in a real project, but through its own SQLAlchemy engine built from
-``store_url_from_django(alias)``.
+Django is configured once per process, by ``django_setup.configure()`` (shared with the
+admin tests): SQLite as ``default``, plus ``postgres`` and ``mysql`` aliases on the scratch
+databases of conftest.py when those servers are up. The models of these tests belong to
+the app ``django_setup`` installs (so that Django sees the foreign key and cascades); they
+are declared once Django is set up and their tables are created with the schema editor.
+The store lives in the same database as the app tables, as in a real project, but
+through its own SQLAlchemy engine built from ``store_url_from_django(alias)``.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conftest import MYSQL_URL, POSTGRES_URL, need_service, reachable
-from django.apps import AppConfig
+from conftest import MYSQL_URL, POSTGRES_URL, need_service
+from django_setup import APP, configure
 
 from celery_cronstore.contrib import sweep_orphans
 from celery_cronstore.contrib.django import (
@@ -31,8 +30,6 @@ from celery_cronstore.contrib.django import (
     url_from_settings,
 )
 from celery_cronstore.store import Store
-
-APP = "cronstore_django_tests"
 
 # -- the URL mapping, as a table (no Django configuration needed) --------------------------
 
@@ -218,27 +215,6 @@ class Env:
     archived: type[Any]
 
 
-def _django_settings(url: str) -> dict[str, Any]:
-    parts = sa.engine.make_url(url)
-    engine = PG if parts.get_backend_name() == "postgresql" else MY
-    return {
-        "ENGINE": engine,
-        "NAME": parts.database,
-        "USER": parts.username or "",
-        "PASSWORD": parts.password or "",
-        "HOST": parts.host or "",
-        "PORT": str(parts.port or ""),
-    }
-
-
-class DjangoTestsConfig(AppConfig):
-    """This module as a Django app (declaring it needs no configured settings)."""
-
-    name = __name__  # importable: it is already loaded
-    label = APP
-    default_auto_field = "django.db.models.BigAutoField"
-
-
 def _define_models() -> tuple[type[Any], type[Any], type[Any]]:
     # Models can only be declared once the app registry is ready (after django.setup()).
     from django.db import models
@@ -270,39 +246,14 @@ def _define_models() -> tuple[type[Any], type[Any], type[Any]]:
 def django_env(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Env]:
-    import django
-    from django.conf import settings
     from django.db import connections
 
-    if settings.configured:
-        pytest.fail("Django was configured before this module; it must configure it itself")
-    databases: dict[str, dict[str, Any]] = {
-        "default": {"ENGINE": LITE, "NAME": tmp_path_factory.mktemp("django") / "app.sqlite3"}
-    }
-    # Every alias must be in the one settings.configure() call; a server that is down is
-    # left out here and its tests skip (or fail under CI=true) through need_service().
-    if reachable(POSTGRES_URL, 5432):
-        databases["postgres"] = _django_settings(request.getfixturevalue("postgres_url"))
-    if reachable(MYSQL_URL, 3306):
-        import pymysql
-
-        pymysql.install_as_MySQLdb()  # Django's MySQL backend imports MySQLdb
-        databases["mysql"] = _django_settings(request.getfixturevalue("mysql_url"))
-    settings.configure(
-        DATABASES=databases,
-        INSTALLED_APPS=[f"{__name__}.DjangoTestsConfig"],
-        USE_TZ=True,
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-    )
-    django.setup()
+    databases = configure(request, tmp_path_factory)
     channel, mailbox, archived = _define_models()
     for alias in databases:
         with connections[alias].schema_editor() as editor:
             editor.create_model(channel)
             editor.create_model(mailbox)
-        store = Store(store_url_from_django(alias))
-        store.upgrade()
-        store.close()
     yield Env(set(databases), channel, mailbox, archived)
     for alias in databases:
         with connections[alias].schema_editor() as editor:

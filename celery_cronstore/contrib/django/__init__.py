@@ -28,7 +28,8 @@ from functools import partial
 from pathlib import PurePath
 from typing import Any
 
-from django.db import connections, models, transaction
+from django.db import connections, transaction
+from django.db.models import Model
 from django.db.models.signals import post_delete
 from sqlalchemy.engine import URL
 
@@ -226,7 +227,7 @@ def tie_owner(
     e.g. in ``AppConfig.ready()``; tying a model again is an error.
     """
     action = check_on_delete(on_delete)
-    if not (isinstance(model, type) and issubclass(model, models.Model)):
+    if not (isinstance(model, type) and issubclass(model, Model)):
         raise TypeError(f"{model!r} is not a Django model class")
     if model._meta.abstract:
         raise TypeError(

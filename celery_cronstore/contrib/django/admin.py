@@ -140,10 +140,10 @@ def run_now(name: str, *, store: Any = None, app: Any = None) -> str:
 class _Choice(admin.SimpleListFilter):  # type: ignore[misc]  # Django ships no types
     """A filter whose value is one TaskQuery field; its ORM half serves the actions."""
 
-    choices: tuple[tuple[str, str], ...] = ()
+    options: tuple[tuple[str, str], ...] = ()
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> Iterable[tuple[str, str]]:
-        return self.choices
+        return self.options
 
     def query_value(self) -> Any:
         """Return the value for :class:`TaskQuery` (``None``: not filtered)."""
@@ -154,7 +154,7 @@ class _Choice(admin.SimpleListFilter):  # type: ignore[misc]  # Django ships no 
 class EnabledFilter(_Choice):
     title = "enabled"
     parameter_name = "enabled"
-    choices = (("yes", "Yes"), ("no", "No"))
+    options = (("yes", "Yes"), ("no", "No"))
 
     def queryset(self, request: HttpRequest, queryset: Any) -> Any:
         value = self.query_value()
@@ -164,7 +164,7 @@ class EnabledFilter(_Choice):
 class ErrorFilter(_Choice):
     title = "in error"
     parameter_name = "error"
-    choices = (("yes", "Yes"), ("no", "No"))
+    options = (("yes", "Yes"), ("no", "No"))
 
     def queryset(self, request: HttpRequest, queryset: Any) -> Any:
         value = self.query_value()
@@ -174,7 +174,7 @@ class ErrorFilter(_Choice):
 class KindFilter(_Choice):
     title = "timer kind"
     parameter_name = "kind"
-    choices = tuple((kind, kind) for kind in KINDS)
+    options = tuple((kind, kind) for kind in KINDS)
 
     def query_value(self) -> Any:
         return self.value() or None
@@ -390,7 +390,8 @@ class PeriodicTaskAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django ships
         return queryset.filter(match), False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return self.readonly_fields if obj is not None else ()
+        # The name is the key the store updates by; renaming is not part of its API.
+        return ("name", *self.readonly_fields) if obj is not None else ()
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is not None:

@@ -30,7 +30,7 @@ from celery_cronstore.store import Store
 
 __all__ = ["NoCeleryApp", "celery_app", "database", "get_store", "reset"]
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # resolving the store may resolve the app
 _cache: dict[str, Any] = {}
 
 

@@ -157,9 +157,8 @@ class PeriodicTaskForm(forms.ModelForm):  # type: ignore[misc]  # Django ships n
 
     def _write(self) -> None:
         data = self.cleaned_data
-        values: dict[str, Any] = {
-            key: data[key] for key in EDITED if key not in ("owner_type", "owner_id", "timer_kind")
-        }
+        skip = ("owner_type", "owner_id", "timer_kind")
+        values: dict[str, Any] = {k: data[k] for k in EDITED if k in data and k not in skip}
         values["kind"] = data["timer_kind"]
         values["owner"] = (data["owner_type"], data["owner_id"]) if data.get("owner_type") else None
         store = conf.get_store()
@@ -167,6 +166,9 @@ class PeriodicTaskForm(forms.ModelForm):  # type: ignore[misc]  # Django ships n
             if self.original_name is None:
                 self.record = store.add(values.pop("name"), **values)
             else:
+                # Store.update(name, **changes) takes the name positionally: a rename
+                # cannot be passed, so the change page shows the name read-only.
+                values.pop("name", None)
                 self.record = store.update(self.original_name, **self._changes(values))
         except (TimerError, ValueError) as exc:
             self.add_error(field_of(exc), str(exc))
