@@ -33,6 +33,20 @@ task = channel.schedule_polling()
 assert task.owner == ("mail_channel", str(channel.pk)), task.owner
 MailChannel.objects.create(name="sales", poll_timer="every 10m").schedule_polling()
 channel.delete()
+
+# The admin of periodic tasks: the store's tables by the management command, the list page.
+from django.contrib.auth.models import User
+from django.test import Client
+from django.test.utils import setup_test_environment
+
+call_command("cronstore_migrate", stdout=io.StringIO())
+setup_test_environment()
+User.objects.create_superuser("admin", "admin@example.org", "pw")
+web = Client()
+assert web.login(username="admin", password="pw")
+page = web.get("/admin/cronstore/periodictask/")
+assert page.status_code == 200, page.status_code
+assert b"poll-mail-channel-2" in page.content
 print(store.url)
 print(sorted(t.name for t in store.list()))
 """

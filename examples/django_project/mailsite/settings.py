@@ -11,8 +11,44 @@ BROKER_DIR.mkdir(parents=True, exist_ok=True)  # the filesystem broker needs the
 
 SECRET_KEY = "example-project-not-a-secret"
 DEBUG = True
-ALLOWED_HOSTS: list[str] = []
-INSTALLED_APPS = ["mailchannels"]
+ALLOWED_HOSTS: list[str] = ["127.0.0.1", "localhost"]
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    # The admin of periodic tasks (/admin/cronstore/periodictask/). It finds the store and
+    # the Celery app by itself: mailsite.celery_app (mailsite/__init__.py) and its
+    # cronstore_url, derived from DATABASES["default"] in mailsite/celery.py.
+    "celery_cronstore.contrib.django",
+    "mailchannels",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+ROOT_URLCONF = "mailsite.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
