@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 import click
 
+from celery_cronstore import actions
 from celery_cronstore.cli.base import (
     Command,
     CommandError,
@@ -22,8 +23,8 @@ from celery_cronstore.cli.base import (
 )
 from celery_cronstore.cli.group import cronstore
 from celery_cronstore.config import Config
+from celery_cronstore.errors import CronstoreError
 from celery_cronstore.policy import allowed
-from celery_cronstore.store import Claimer
 from celery_cronstore.timers import KINDS, parse_timer
 from celery_cronstore.timers import __main__ as timer_cli
 from celery_cronstore.timers.base import resolve_zone
@@ -140,23 +141,13 @@ def run_now(ctx: click.Context, name: str) -> None:
     app = get_app(ctx)
     store = get_store(ctx)
     config = Config.from_app(app)
-    node = f"cli@{socket.gethostname()}:{os.getpid()}"
-    claimer = Claimer(store, node, lease=config.lease, allowlist=config.task_allowlist)
     record = store.get(name)
     if not allowed(record.task, config.task_allowlist):
         raise CommandError(f"task {record.task!r} is not in cronstore_task_allowlist")
-    claim = claimer.claim_now(name)
-    from celery_cronstore.publish import publish
-
     try:
-        publish(app, claim)
-    except Exception as exc:
-        raise CommandError(
-            f"claimed a fire of {name} (task id {claim.task_id}) but could not publish it "
-            f"({type(exc).__name__}: {exc}); a running beat re-publishes it once its "
-            f"lease of {config.lease:g}s runs out"
-        ) from None
-    claimer.mark_published([claim])
+        claim = actions.run_now(app, store, name, node=f"cli@{socket.gethostname()}:{os.getpid()}")
+    except CronstoreError as exc:
+        raise CommandError(str(exc)) from None
     if get_settings(ctx).as_json:
         emit_json(
             {

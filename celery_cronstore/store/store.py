@@ -194,7 +194,7 @@ class Store(StoreReads):
                 raise DuplicateTaskError(f"a periodic task named {name!r} already exists") from None
             return to_task(self._row(conn, name))
 
-    def update(self, name: str, **changes: Any) -> PeriodicTask:
+    def update(self, name: str, /, **changes: Any) -> PeriodicTask:
         """Change fields of a periodic task; a new timer, zone or enabled flag re-plans it.
 
         Accepts the keyword arguments of :meth:`add` (``timer``/``kind``/``tz`` are

@@ -22,9 +22,10 @@ from werkzeug.routing import Map, MapAdapter, Rule
 from werkzeug.utils import redirect
 from werkzeug.wrappers import Request, Response
 
+from celery_cronstore import actions
 from celery_cronstore.errors import CronstoreError, TaskNotFoundError, TimerError
 from celery_cronstore.secrets import scrub
-from celery_cronstore.store import Claimer, PeriodicTask, Store
+from celery_cronstore.store import PeriodicTask, Store
 from celery_cronstore.store.read import (
     SORTS,
     fire_page,
@@ -349,23 +350,7 @@ class WebApp:
         """Claim and publish one extra fire of ``name`` (as ``cronstore run-now`` does)."""
         if self.celery_app is None:
             raise CronstoreError("run now needs the Celery app: create_app(store, celery_app=app)")
-        from celery_cronstore.config import Config
-        from celery_cronstore.publish import publish
-
-        config = Config.from_app(self.celery_app)
-        claimer = Claimer(
-            self.store, self.node, lease=config.lease, allowlist=config.task_allowlist
-        )
-        claim = claimer.claim_now(name)
-        try:
-            publish(self.celery_app, claim)
-        except Exception as exc:
-            raise CronstoreError(
-                f"claimed a fire (task id {claim.task_id}) but could not publish it "
-                f"({type(exc).__name__}: {exc}); a running beat re-publishes it when its "
-                f"lease of {config.lease:g}s runs out"
-            ) from None
-        claimer.mark_published([claim])
+        actions.run_now(self.celery_app, self.store, name, node=self.node)
 
     def page_edit(self, ctx: _Ctx) -> Response:
         name = ctx.request.values.get("name", "")

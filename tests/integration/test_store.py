@@ -238,3 +238,11 @@ def test_a_forked_child_opens_its_own_connections(db_url: str) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     assert [t.name for t in parent.list()] == ["before-fork", "in-child"]
     parent.close()
+
+
+def test_a_task_can_be_renamed(store: Store) -> None:
+    """Regression: ``update("a", name="b")`` raised TypeError (``name`` was taken twice)."""
+    store.add("a", task="t", timer="every 1h")
+    renamed = store.update("a", name="b")
+    assert renamed.name == "b"
+    assert [t.name for t in store.list()] == ["b"]

@@ -29,11 +29,11 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
+from celery_cronstore import actions
 from celery_cronstore.contrib.django import conf
 from celery_cronstore.contrib.django.forms import PeriodicTaskForm
 from celery_cronstore.contrib.django.models import PeriodicTask
 from celery_cronstore.errors import CronstoreError
-from celery_cronstore.store import Claimer
 from celery_cronstore.store.read import MAX_SEARCH, TaskQuery, TaskRow, fire_page, task_page
 from celery_cronstore.timers import KINDS, parse_timer
 
@@ -108,29 +108,12 @@ def describe(timer: str, kind: str, tz: str) -> str:
 def run_now(name: str, *, store: Any = None, app: Any = None) -> str:
     """Claim and publish one extra fire of ``name`` now; return its Celery task id.
 
-    The path of ``celery -A app cronstore run-now``: the claim writes the ledger row (the
-    database refuses a second claim of the same fire), then the message is published and
-    the row marked published. A publish failure leaves the claim for a beat to re-publish
-    when its lease runs out, and raises :class:`CronstoreError` saying so.
+    The path of ``celery -A app cronstore run-now`` (:func:`celery_cronstore.actions.run_now`).
     """
-    from celery_cronstore.config import Config
-    from celery_cronstore.publish import publish
-
     store = store if store is not None else conf.get_store()
     app = app if app is not None else conf.celery_app()
-    config = Config.from_app(app)
     node = f"django-admin@{socket.gethostname()}:{os.getpid()}"
-    claimer = Claimer(store, node, lease=config.lease, allowlist=config.task_allowlist)
-    claim = claimer.claim_now(name)
-    try:
-        publish(app, claim)
-    except Exception as exc:
-        raise CronstoreError(
-            f"claimed a fire of {name} (task id {claim.task_id}) but could not publish it "
-            f"({type(exc).__name__}: {exc}); a running beat re-publishes it when its lease "
-            f"of {config.lease:g}s runs out"
-        ) from None
-    claimer.mark_published([claim])
+    claim = actions.run_now(app, store, name, node=node)
     return str(claim.task_id)
 
 

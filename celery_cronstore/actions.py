@@ -1,0 +1,38 @@
+"""What an operator does to a periodic task from any window: the CLI, the dashboard and
+the Django admin call these, so each action has one path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery_cronstore.config import Config
+from celery_cronstore.errors import CronstoreError
+from celery_cronstore.records import Claim
+from celery_cronstore.store import Claimer, Store
+
+__all__ = ["run_now"]
+
+
+def run_now(app: Any, store: Store, name: str, *, node: str) -> Claim:
+    """Claim and publish one extra fire of periodic task ``name`` now; return its claim.
+
+    The claim writes the ledger row (its own task id; the database refuses a second claim
+    of the same fire), then the message is published and the row marked published. A
+    publish failure leaves the claim for a running beat to re-publish once its lease runs
+    out, and raises :class:`CronstoreError` saying so. The allowlist applies.
+    """
+    from celery_cronstore.publish import publish
+
+    config = Config.from_app(app)
+    claimer = Claimer(store, node, lease=config.lease, allowlist=config.task_allowlist)
+    claim = claimer.claim_now(name)
+    try:
+        publish(app, claim)
+    except Exception as exc:
+        raise CronstoreError(
+            f"claimed a fire of {name} (task id {claim.task_id}) but could not publish it "
+            f"({type(exc).__name__}: {exc}); a running beat re-publishes it once its lease of "
+            f"{config.lease:g}s runs out"
+        ) from None
+    claimer.mark_published([claim])
+    return claim
