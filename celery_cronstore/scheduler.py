@@ -32,7 +32,7 @@ from celery_cronstore.errors import (
     StoreError,
 )
 from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY
-from celery_cronstore.publish import BoundRouter, publish
+from celery_cronstore.publish import Dispatcher, publish
 from celery_cronstore.records import Claim
 from celery_cronstore.secrets import app_passwords, scrub
 from celery_cronstore.store import Claimer, Store
@@ -306,7 +306,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             producer = self.producer
             broker_errors = self._broker_errors()
             batch = getattr(producer, "batch", None)
-            router = BoundRouter(self.app, producer.channel)
+            dispatcher = Dispatcher(self.app, producer)
             for start in range(0, len(claims), PUBLISH_CHUNK):
                 done = start
                 chunk = claims[start : start + PUBLISH_CHUNK]
@@ -316,7 +316,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
                 with batch(max_size=PUBLISH_CHUNK) if batch else contextlib.nullcontext():
                     for claim in chunk:
                         try:
-                            self._send(claim, producer, router)
+                            self._send(claim, producer, dispatcher)
                         except broker_errors:
                             raise
                         except Exception as exc:
@@ -371,8 +371,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
 
         return isinstance(self.app.tasks.get(claim.task), CronTask)
 
-    def _send(self, claim: Claim, producer: Any, router: Any = None) -> None:
-        publish(self.app, claim, producer, router)
+    def _send(self, claim: Claim, producer: Any, dispatcher: Dispatcher | None = None) -> None:
+        if dispatcher is None:
+            publish(self.app, claim, producer)
+        else:
+            dispatcher.send(claim)
         faults.hit("mid_batch")
 
     def _scrub(self, exc: BaseException) -> str:

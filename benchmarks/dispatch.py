@@ -1,0 +1,316 @@
+"""Dispatch benchmark: 10,000 fires due at once, published by beat, against the floor.
+
+For each backend it prints, measured in the same run:
+
+* **claim SQL**: the statements a claim needs for ``--due`` fires, done set-based in
+  one transaction (lock the due rows, insert their ledger rows, move their ``next_run``,
+  mark the fires published), then undone;
+* **broker floor**: the very messages beat sent, pushed again by a redis-py pipeline
+  (RabbitMQ: published again through one py-amqp channel with publisher confirms);
+* **floor**: the sum of the two;
+* **dispatch**: a warm ``celery_cronstore.Scheduler`` ticking until the broker holds
+  every message (and the ledger says published);
+* **ratio**: dispatch / floor.
+
+    python benchmarks/dispatch.py [--backends sqlite,postgresql] [--due 10000]
+                                  [--rounds 3] [--broker redis|amqp|redis,amqp]
+                                  [--profile out.prof]
+
+Messages go to the queue ``cronstore-bench-dispatch`` (a Redis list of that name, or a
+RabbitMQ queue), emptied before and after. See docs/benchmarks.md for the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+UTC = timezone.utc
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+BROKERS = {
+    "redis": "redis://127.0.0.1:6379/15",
+    "amqp": "amqp://guest:guest@127.0.0.1:5672//",
+}
+QUEUE = "cronstore-bench-dispatch"
+BACKGROUND = 1_000
+
+
+class Broker:
+    """The benchmark's view of one broker: count, read, empty and re-push its queue."""
+
+    def __init__(self, kind: str, url: str) -> None:
+        self.kind = kind
+        self.url = url
+        if kind == "redis":
+            import redis
+
+            self.redis = redis.Redis.from_url(url)
+        else:
+            import amqp  # type: ignore[import-untyped]
+
+            host = url.split("@", 1)[1].split("/", 1)[0]
+            self.amqp = amqp.Connection(host=host, userid="guest", password="guest")
+            self.amqp.connect()
+            self.channel = self.amqp.channel()
+            self.channel.queue_declare(QUEUE, durable=True, auto_delete=False)
+
+    def count(self) -> int:
+        if self.kind == "redis":
+            return int(self.redis.llen(QUEUE))
+        return int(self.channel.queue_declare(QUEUE, passive=True).message_count)
+
+    def take(self) -> list[Any]:
+        """Remove and return every message (raw Redis payloads, or py-amqp messages)."""
+        if self.kind == "redis":
+            raw = self.redis.lrange(QUEUE, 0, -1)
+            self.redis.delete(QUEUE)
+            return list(raw)
+        out = []
+        while (message := self.channel.basic_get(QUEUE, no_ack=True)) is not None:
+            out.append(message)
+        return out
+
+    def empty(self) -> None:
+        if self.kind == "redis":
+            self.redis.delete(QUEUE)
+        else:
+            self.channel.queue_purge(QUEUE)
+
+    def push(self, messages: list[Any]) -> float:
+        """Send ``messages`` again the cheapest way the broker allows; return seconds."""
+        if self.kind == "redis":
+            t = time.perf_counter()
+            pipe = self.redis.pipeline(transaction=False)
+            for payload in messages:
+                pipe.lpush(QUEUE, payload)
+            pipe.execute()
+            return time.perf_counter() - t
+        import amqp  # type: ignore[import-untyped]
+
+        channel = self.amqp.channel()
+        channel.confirm_select()
+        t = time.perf_counter()
+        for message in messages:
+            again = amqp.Message(message.body, **message.properties)
+            channel.basic_publish(again, exchange="", routing_key=QUEUE)
+        elapsed = time.perf_counter() - t
+        channel.close()
+        return elapsed
+
+    def close(self) -> None:
+        self.empty()
+        if self.kind == "redis":
+            self.redis.close()
+        else:
+            self.channel.queue_delete(QUEUE)
+            self.amqp.close()
+
+
+def claim_sql(engine: sa.Engine, due: int) -> float:
+    """Time the claim's SQL for ``due`` fires done set-based; undo it; return seconds."""
+    from celery_cronstore.store.schema import fire, periodic_task
+
+    pt, f = periodic_task.c, fire.c
+    postgres = engine.dialect.name == "postgresql"
+    with engine.connect() as conn:
+        t = time.perf_counter()
+        with conn.begin():
+            now = datetime.now(UTC)
+            query = sa.select(pt.id, pt.version, pt.next_run).where(
+                pt.enabled == sa.true(), pt.next_run <= now
+            )
+            if postgres:
+                query = query.with_for_update(skip_locked=True)
+            rows = conn.execute(query.order_by(pt.next_run).limit(due)).all()
+            ledger = [
+                {
+                    "periodic_task_id": r.id,
+                    "fire_time": r.next_run,
+                    "task_id": f"bench-floor-{r.id}",
+                    "state": "claimed",
+                    "claimed_by": "floor",
+                    "claimed_at": now,
+                    "lease_until": now + timedelta(seconds=30),
+                    "attempts": 1,
+                }
+                for r in rows
+            ]
+            conn.execute(sa.insert(fire), ledger)
+            conn.execute(
+                sa.update(periodic_task)
+                .where(pt.id == sa.bindparam("b_id"))
+                .values(
+                    next_run=sa.bindparam("b_next"),
+                    last_fire=sa.bindparam("b_last"),
+                    total_run_count=pt.total_run_count + 1,
+                    version=pt.version + 1,
+                ),
+                [
+                    {
+                        "b_id": r.id,
+                        "b_next": r.next_run + timedelta(minutes=5),
+                        "b_last": r.next_run,
+                    }
+                    for r in rows
+                ],
+            )
+            conn.execute(
+                sa.update(fire)
+                .where(f.claimed_by == "floor", f.state == "claimed")
+                .values(state="published", published_at=now)
+            )
+        elapsed = time.perf_counter() - t
+        with conn.begin():  # undo: the rows are due again, the ledger is empty
+            conn.execute(sa.delete(fire).where(f.claimed_by == "floor"))
+            conn.execute(
+                sa.update(periodic_task)
+                .where(pt.name.like("due-%"))
+                .values(next_run=sa.bindparam("b_next"), last_fire=None, total_run_count=0),
+                [{"b_next": r.next_run} for r in rows[:1]],
+            )
+    if len(rows) != due:
+        raise SystemExit(f"claim floor saw {len(rows)} due rows, not {due}")
+    return elapsed
+
+
+def make_app(store_url: str, broker: Broker) -> Any:
+    from celery import Celery
+
+    app = Celery("cronstore-dispatch-bench", broker=broker.url, set_as_current=True)
+    app.conf.update(
+        cronstore_url=store_url,
+        cronstore_sync_beat_schedule=False,
+        cronstore_require_registered=False,  # the bench tasks are sent by name
+        broker_connection_retry_on_startup=True,
+        task_default_queue=QUEUE,
+        # As the fault harness (harness/app.py): RabbitMQ waits for each publish's ack.
+        broker_transport_options={"confirm_publish": True},
+    )
+    return app
+
+
+def bench(backend: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    from _common import due_rows, fill, scratch_database
+
+    from celery_cronstore.scheduler import Scheduler
+    from celery_cronstore.store import Store
+    from celery_cronstore.store.schema import fire, periodic_task
+
+    broker = Broker(kind, BROKERS[kind])
+    broker.empty()
+    figures: dict[str, list[float]] = {"sql": [], "broker": [], "dispatch": []}
+    size = 0
+    with scratch_database(backend, args.pg_admin) as scratch:
+        store = Store(scratch.url)
+        store.upgrade()
+        now = store.now()
+        fill(store.engine, 0, BACKGROUND, now)
+        scheduler = Scheduler(make_app(scratch.url, broker), lazy=False)
+        scheduler.tick()  # open the store and the broker connection
+        profiler = None
+        for round_ in range(args.rounds):
+            with store.begin() as conn:
+                conn.execute(sa.insert(periodic_task), due_rows(args.due, store.now(conn)))
+            figures["sql"].append(claim_sql(store.engine, args.due))
+            if args.profile and round_ == args.rounds - 1:
+                import cProfile
+
+                profiler = cProfile.Profile()
+                profiler.enable()
+            t = time.perf_counter()
+            count = 0
+            while count < args.due and time.perf_counter() - t < args.timeout:
+                scheduler.tick()
+                count = broker.count()
+            elapsed = time.perf_counter() - t
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(args.profile)
+            if count < args.due:
+                raise SystemExit(f"timeout: {count} of {args.due} messages sent")
+            with store.engine.connect() as conn:
+                published = conn.execute(
+                    sa.select(sa.func.count()).select_from(fire).where(fire.c.state == "published")
+                ).scalar_one()
+            if published != args.due:
+                raise SystemExit(f"ledger: {published} of {args.due} fires published")
+            figures["dispatch"].append(elapsed)
+            messages = broker.take()
+            size = len(messages[0]) if kind == "redis" else len(messages[0].body)
+            figures["broker"].append(broker.push(messages))
+            broker.empty()
+            with store.begin() as conn:
+                conn.execute(sa.delete(fire))
+                conn.execute(sa.delete(periodic_task).where(periodic_task.c.name.like("due-%")))
+        scheduler.close()
+        store.close()
+    broker.close()
+    out: dict[str, Any] = {k: statistics.median(v) for k, v in figures.items()}
+    out["size"] = size
+    out["all"] = figures
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--broker", default="redis", help="redis, amqp or both (comma)")
+    parser.add_argument("--pg-admin", default=DEFAULT_PG, help="URL allowed to CREATE DATABASE")
+    parser.add_argument("--due", type=int, default=10_000, help="fires due at once")
+    parser.add_argument("--rounds", type=int, default=3, help="measurements (median shown)")
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the last dispatch")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, HERE)
+    import celery
+    from _common import table
+
+    print(f"# celery-cronstore dispatch benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    print(
+        f"Python {platform.python_version()}, celery {celery.__version__}, "
+        f"SQLAlchemy {sa.__version__}, {os.cpu_count()} CPUs; {args.due:,} due fires, "
+        f"median of {args.rounds} rounds\n"
+    )
+    rows = []
+    for kind in [k.strip() for k in args.broker.split(",") if k.strip()]:
+        for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+            r = bench(backend, kind, args)
+            print(f"  {backend}/{kind}: {r['all']}", file=sys.stderr, flush=True)
+            floor = r["sql"] + r["broker"]
+            rows.append(
+                [
+                    backend,
+                    "redis" if kind == "redis" else "rabbitmq (confirms)",
+                    f"{r['size']:,}",
+                    f"{r['sql']:.3f}",
+                    f"{r['broker']:.3f}",
+                    f"{floor:.3f}",
+                    f"{r['dispatch']:.3f}",
+                    f"{r['dispatch'] / floor:.2f}x",
+                ]
+            )
+    headers = (
+        "store",
+        "broker",
+        "message bytes",
+        "claim SQL s",
+        "broker floor s",
+        "floor s",
+        "dispatch s",
+        "ratio",
+    )
+    print(table(headers, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
