@@ -123,6 +123,16 @@ class Config:
         },
     )
 
+    listen: bool = field(
+        default=True,
+        metadata={
+            "help": "PostgreSQL: beat LISTENs for edits (migration 0005's triggers NOTIFY) and"
+            " wakes as soon as a task falls due sooner, instead of at its next poll. SQLite and"
+            " MariaDB always poll (``cronstore_poll_interval``). ``False``: poll on PostgreSQL"
+            " too."
+        },
+    )
+
     @classmethod
     def from_app(cls, app: Any) -> Config:
         """Read the ``cronstore_*`` keys of ``app.conf``; raise ``ValueError`` naming a bad one."""

@@ -37,6 +37,7 @@ from celery_cronstore.records import Claim
 from celery_cronstore.secrets import app_passwords, scrub
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.engine import redact
+from celery_cronstore.store.listen import Listener
 from celery_cronstore.store.retention import Pruner
 from celery_cronstore.urls import driver_hint
 
@@ -60,6 +61,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         self.node = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store: Store | None = None
         self.claimer: Claimer | None = None
+        self._listener: Listener | None = None  # PostgreSQL: wake on change (store.listen)
         self._pending: list[Claim] = []
         self._failures = 0
         self._next_housekeeping = 0.0
@@ -108,9 +110,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         except SchemaVersionError:
             raise
         except (SQLAlchemyError, OSError) as exc:
+            if self._listener is not None:
+                self._listener.drop()  # likely as dead as the rest: listen afresh later
             return self._backoff("database", exc)
         self._failures = 0
-        return min(sleep, float(self.max_interval))
+        sleep = min(sleep, float(self.max_interval))
+        # Sleep here, on the LISTEN socket: an edit making a task due sooner ends the wait
+        # (0: Celery's loop ticks again at once). Unable to listen: Celery sleeps the rest.
+        return sleep if self._listener is None else self._listener.wait(sleep)
 
     def sync(self) -> None:
         """Nothing to do: every change is committed as it happens."""
@@ -123,6 +130,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         try:
             super().close()
         finally:
+            for held in (self._listener, self.claimer):
+                if held is not None:
+                    held.close()
             if self.store is not None:
                 self.store.close()
 
@@ -171,7 +181,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             task_check=self._unregistered if self.config.require_registered else None,
             call_check=functools.partial(call_problem, self.app),
             start_timeout=self.config.start_timeout,
+            hold=True,
         )
+        if self.config.listen and store.db.dialect.name == "postgresql" and store.clock is None:
+            self._listener = Listener(store.db.engine)  # connects on its first wait
         replanned = claimer.replan_errors()
         if replanned:
             logger.info("beat: checking %d periodic task(s) in error again", replanned)
@@ -248,15 +261,16 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
     def _housekeeping(self, claimer: Claimer) -> bool:
         """Heartbeat, hand back lost deliveries, take over lapsed leases (every few s)."""
         assert self._started_at is not None
-        db_now = claimer.heartbeat(self._started_at, self._stalled_since, self._clock_offset)
-        self._check_clock(db_now)
-        abandoned = claimer.abandon_silent()
+        # One statement on PostgreSQL: the heartbeat, and which of the writes below have work.
+        chores = claimer.chores(self._started_at, self._stalled_since, self._clock_offset)
+        self._check_clock(chores.now)
+        abandoned = claimer.abandon_silent() if chores.silent else 0
         if abandoned:
             logger.warning(
                 "beat: %d started fire(s) recorded abandoned: their worker stopped reporting",
                 abandoned,
             )
-        unstarted = claimer.redeliver_unstarted()
+        unstarted = claimer.redeliver_unstarted() if chores.unstarted else 0
         if unstarted:
             logger.warning(
                 "beat: %d CronTask fire(s) not started %gs after publishing; "
@@ -264,7 +278,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
                 unstarted,
                 self.config.start_timeout,
             )
-        reclaimed = claimer.reclaim_expired()
+        reclaimed = claimer.reclaim_expired() if chores.expired or unstarted else []
         self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
         self._prune(claimer)
         if reclaimed:

@@ -87,7 +87,14 @@ def timer_of(task: PeriodicTask) -> Timer:
     return _memo(task.timer_kind, task.timer, task.tz)
 
 
-@functools.lru_cache(maxsize=4096)
+#: Distinct timers kept parsed with their answers. Beat meets every stored timer once a
+#: cycle, so the cache must hold them all or an LRU walked in cycles never hits: 10,000
+#: distinct crons thrashed the old 4,096 and cost twice the shared ones. About 4 KB each
+#: (the parsed timer, its croniter, a few answers): 64 MB at the bound.
+TIMER_CACHE = 16_384
+
+
+@functools.lru_cache(maxsize=TIMER_CACHE)
 def _memo(kind: str, expression: str, tz: str) -> Timer:
     return _Memo(parse_timer(expression, kind=kind, tz=tz))
 

@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from celery_cronstore import faults, policy
 from celery_cronstore.errors import TimerError, TimerSearchError
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
+from celery_cronstore.store import idle
 from celery_cronstore.store.engine import as_utc, now_expression
 from celery_cronstore.store.leases import LeaseKeeper
 from celery_cronstore.store.rows import to_task
@@ -67,6 +68,7 @@ class Claimer(LeaseKeeper):
         call_check: Callable[[str, list[Any], dict[str, Any]], str | None] | None = None,
         start_timeout: float | None = None,
         max_redeliveries: int = 3,
+        hold: bool = False,
     ) -> None:
         self.store = store
         self.db = store.db
@@ -83,11 +85,26 @@ class Claimer(LeaseKeeper):
         self.task_check = task_check
         #: Extra rule on a call (beat: "do the args fit the task?"); returns a reason.
         self.call_check = call_check
+        #: PostgreSQL, database clock: the idle look and housekeeping's run as one statement
+        #: each on a connection held across ticks (``store.idle``); :meth:`close` ends it.
+        self._held: idle.HeldConnection | None = None
+        if hold and self.db.dialect.name == "postgresql" and self.db.clock is None:
+            self._held = idle.HeldConnection(self.db.engine)
+            self._peek_sql = idle.peek_statement(self.db.engine.dialect)
+            self._chores_sql, self._chores_params = idle.chores_statement(self.db.engine.dialect)
+
+    def close(self) -> None:
+        """Close the held connection, if any (idempotent)."""
+        if self._held is not None:
+            self._held.close()
 
     # -- the idle path --------------------------------------------------------------------
 
     def peek(self) -> tuple[datetime, datetime | None]:
         """Return (database now, earliest planned fire of any enabled task or ``None``)."""
+        if self._held is not None:
+            clock, earliest_run = self._held.one(self._peek_sql)
+            return as_utc(clock), None if earliest_run is None else as_utc(earliest_run)
         earliest = (
             sa.select(sa.func.min(_PT.next_run)).where(_PT.enabled == sa.true()).scalar_subquery()
         )
@@ -98,6 +115,29 @@ class Claimer(LeaseKeeper):
             # One round trip for both: the idle tick is this statement and nothing else.
             row = conn.execute(sa.select(clock, earliest)).one()
         return as_utc(row[0]), row[1]
+
+    def chores(
+        self,
+        started_at: datetime,
+        stalled_since: datetime | None = None,
+        clock_offset: float | None = None,
+    ) -> idle.Chores:
+        """Heartbeat (see :meth:`heartbeat`) and say which lost work waits, if known.
+
+        On the held connection both are one statement; otherwise this is the heartbeat
+        alone and every kind of work is reported as possibly waiting.
+        """
+        if self._held is not None:
+            params = {
+                **self._chores_params,
+                "node": self.node,
+                "stalled": idle.naive_utc(stalled_since),
+                "offset": clock_offset,
+            }
+            found = idle.read_chores(self._held.one(self._chores_sql, params))
+            if found.beat_seen:
+                return found
+        return idle.Chores(self.heartbeat(started_at, stalled_since, clock_offset))
 
     # -- claiming -------------------------------------------------------------------------
 

@@ -171,14 +171,7 @@ class LeaseKeeper:
             now = self.db.now(conn)
             result = conn.execute(
                 sa.update(fire)
-                .where(
-                    _F.state.in_(policy.WORKER_RUNNING),
-                    sa.or_(
-                        _F.lease_until < now,
-                        # Started by a release without heartbeats: give it the old bound.
-                        sa.and_(_F.lease_until.is_(None), _F.started_at < now - _NO_HEARTBEATS),
-                    ),
-                )
+                .where(silent(now))
                 .values(
                     state="abandoned",
                     finished_at=now,
@@ -203,7 +196,7 @@ class LeaseKeeper:
             now = self.db.now(conn)
             result = conn.execute(
                 sa.update(fire)
-                .where(_F.state == "published", _F.lease_until < now)
+                .where(unstarted(now))
                 .values(state="claimed", lease_until=now - timedelta(microseconds=1))
             )
             return max(result.rowcount, 0)
@@ -215,7 +208,7 @@ class LeaseKeeper:
             query = (
                 sa.select(fire, periodic_task)
                 .join_from(fire, periodic_task, _F.periodic_task_id == _PT.id)
-                .where(_F.state == "claimed", _F.lease_until < now)
+                .where(expired(now))
                 .order_by(_F.lease_until)
                 .limit(self.batch_size)
             )
@@ -324,6 +317,28 @@ class LeaseKeeper:
                     sa.insert(beat).values(node=self.node, started_at=started_at, **values)
                 )
         return now
+
+
+def silent(now: Any) -> sa.ColumnElement[bool]:
+    """Started fires whose worker stopped heartbeating by ``now`` (a value or SQL)."""
+    return sa.and_(
+        _F.state.in_(policy.WORKER_RUNNING),
+        sa.or_(
+            _F.lease_until < now,
+            # Started by a release without heartbeats: give it the old bound.
+            sa.and_(_F.lease_until.is_(None), _F.started_at < now - _NO_HEARTBEATS),
+        ),
+    )
+
+
+def unstarted(now: Any) -> sa.ColumnElement[bool]:
+    """Published fires whose start lease ran out by ``now`` without a start."""
+    return sa.and_(_F.state == "published", _F.lease_until < now)
+
+
+def expired(now: Any) -> sa.ColumnElement[bool]:
+    """Claims whose lease ran out by ``now`` before they were published."""
+    return sa.and_(_F.state == "claimed", _F.lease_until < now)
 
 
 def _timer_or_none(task: PeriodicTask) -> Timer | None:

@@ -74,8 +74,9 @@ def parse_timer(expression: str, *, kind: str | None = None, tz: str | None = No
     return _parse_cached(expression, kind, tz)
 
 
-#: Distinct (expression, kind, zone) triples kept parsed; beat asks for the same few often.
-_PARSE_CACHE = 4096
+#: Distinct (expression, kind, zone) triples kept parsed; as large as beat's timer memo
+#: (``policy.fires.TIMER_CACHE``), whose entries wrap these, so one never evicts the other's.
+_PARSE_CACHE = 16_384
 
 
 @functools.lru_cache(maxsize=_PARSE_CACHE)

@@ -1,0 +1,158 @@
+"""Beat's idle path on PostgreSQL: one held connection, one statement per question.
+
+An idle beat asks two things: what is the earliest planned fire (every wake), and is
+there any lost work to take back (housekeeping, every few seconds). Through the pool, in
+a transaction, each cost a checkout, ``BEGIN``, the query, ``ROLLBACK`` or ``COMMIT``:
+four round trips for one answer. Here each is one statement on a connection beat keeps
+(autocommit, outside the pool, so it is never shared), which psycopg 3 prepares after
+its fifth execution. On an error the connection is closed and the error raised; the next
+call opens another (a database restart costs one failed tick, as before).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+from celery_cronstore.store import leases
+from celery_cronstore.store.engine import as_utc
+from celery_cronstore.store.schema import beat, periodic_task
+
+__all__ = ["Chores", "HeldConnection", "chores_statement", "peek_statement"]
+
+
+@dataclass(frozen=True)
+class Chores:
+    """What one housekeeping look found: the database time and which work is waiting."""
+
+    now: datetime
+    #: Started fires whose worker stopped heartbeating (``abandon_silent``).
+    silent: bool = True
+    #: Published CronTask fires whose start lease ran out (``redeliver_unstarted``).
+    unstarted: bool = True
+    #: Claims whose lease ran out unpublished (``reclaim_expired``).
+    expired: bool = True
+    #: Whether this beat's heartbeat row was updated (``False``: it must be inserted).
+    beat_seen: bool = True
+
+
+class HeldConnection:
+    """A DBAPI connection of its own, in autocommit, running pre-rendered statements."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self._raw: Any = None
+
+    def one(self, sql: str, params: dict[str, Any] | None = None) -> tuple[Any, ...]:
+        """Run ``sql`` and return its one row; on any error close the connection, re-raise.
+
+        Driver errors come back as SQLAlchemy's ``DBAPIError``, as from an engine.
+        """
+        try:
+            if self._raw is None:
+                self._raw = self._open()
+            cursor = self._raw.dbapi_connection.cursor()
+            try:
+                cursor.execute(sql, params)
+                row = cursor.fetchone()
+            finally:
+                cursor.close()
+        except self.engine.dialect.loaded_dbapi.Error as exc:
+            self.close()
+            raise sa.exc.DBAPIError.instance(
+                sql, params, exc, self.engine.dialect.loaded_dbapi.Error
+            ) from exc
+        except BaseException:
+            self.close()
+            raise
+        return tuple(row)
+
+    def close(self) -> None:
+        """Close the connection (idempotent); the next statement opens a new one."""
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            with contextlib.suppress(Exception):  # broken already: nothing to release
+                raw.close()
+
+    def _open(self) -> Any:
+        raw: Any = self.engine.raw_connection()  # the engine's connect events set its limits
+        raw.detach()
+        try:
+            self.engine.dialect.set_isolation_level(raw.dbapi_connection, "AUTOCOMMIT")
+            # Its only write is the heartbeat: a crash may lose the last one, which costs
+            # nothing, so it need not wait for the WAL flush (most of its time otherwise).
+            cursor = raw.dbapi_connection.cursor()
+            cursor.execute("SET synchronous_commit = off")
+            cursor.close()
+        except BaseException:
+            raw.close()
+            raise
+        return raw
+
+
+def _render(statement: sa.ClauseElement, dialect: sa.Dialect) -> str:
+    return str(statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True}))
+
+
+def _utc_now() -> sa.ColumnElement[Any]:
+    # The columns hold naive UTC; the comparison must not depend on the session's TimeZone.
+    return sa.func.timezone("UTC", sa.func.clock_timestamp(), type_=sa.DateTime())
+
+
+def peek_statement(dialect: sa.Dialect) -> str:
+    """Return the SQL of the idle look: the database's clock and the earliest next run."""
+    earliest = (
+        sa.select(sa.func.min(periodic_task.c.next_run))
+        .where(periodic_task.c.enabled == sa.true())
+        .scalar_subquery()
+    )
+    return _render(sa.select(sa.func.clock_timestamp(), earliest), dialect)
+
+
+def chores_statement(dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
+    """Return the SQL (and its constant parameters) of housekeeping's look, in one statement:
+
+    the heartbeat (``UPDATE ... RETURNING``), then whether any lost work waits, from the same
+    conditions the writes use (:mod:`~celery_cronstore.store.leases`). Parameters to add:
+    ``node``, ``stalled`` (naive UTC or ``None``), ``offset``.
+    """
+    now = _utc_now()
+    heartbeat = (
+        sa.update(beat)
+        .where(beat.c.node == sa.bindparam("node", ""))
+        .values(
+            last_tick=now,
+            stalled_since=sa.bindparam("stalled", None, type_=sa.DateTime()),
+            clock_offset=sa.bindparam("offset", None, type_=sa.Float()),
+        )
+        .returning(beat.c.last_tick)
+        .cte("heartbeat")
+    )
+    statement = sa.select(
+        sa.select(heartbeat.c.last_tick).scalar_subquery(),
+        sa.func.clock_timestamp(),
+        sa.exists().where(leases.silent(now)),
+        sa.exists().where(leases.unstarted(now)),
+        sa.exists().where(leases.expired(now)),
+    )
+    compiled = statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
+    return str(compiled), dict(compiled.params)
+
+
+def read_chores(row: tuple[Any, ...]) -> Chores:
+    """Return the :class:`Chores` of a row of :func:`chores_statement`."""
+    last_tick, clock, silent, unstarted, expired = row
+    return Chores(
+        as_utc(clock), bool(silent), bool(unstarted), bool(expired), last_tick is not None
+    )
+
+
+def naive_utc(value: datetime | None) -> datetime | None:
+    """Return an aware instant as the naive UTC the timestamp columns hold."""
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc).replace(tzinfo=None)
