@@ -40,12 +40,12 @@ DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 def rows(count: int, due: datetime, distinct: bool) -> list[dict[str, Any]]:
     """Rows due at ``due`` (a whole minute, UTC); distinct ones each get their own cron
-    expression that fires at ``due`` (extra hours, days and months in lists)."""
+    expression that fires at ``due`` (extra minutes and hours in lists: daily jobs)."""
     out = []
     for i in range(count):
         if distinct:
-            x, y, z = i % 24, 1 + (i // 24) % 28, 1 + (i // 672) % 12
-            expr = f"{due.minute} {due.hour},{x} {due.day},{y} {due.month},{z} *"
+            w, x, y = i % 60, (i // 60) % 24, (i // 1440) % 24
+            expr = f"{due.minute},{w} {due.hour},{x},{y} * * *"
         else:
             expr = "*/5 * * * *"
         out.append(
