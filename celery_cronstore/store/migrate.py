@@ -16,6 +16,8 @@ from celery_cronstore.store.schema import VERSION_TABLE
 __all__ = ["check_schema", "current_revision", "fix", "head_revision", "upgrade"]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
+
+
 def fix(app_name: str | None = None) -> str:
     """Return the command that creates or upgrades the schema, naming the app if known."""
     return f"run `celery -A {app_name or '<app>'} cronstore migrate` (or Store.upgrade())"
