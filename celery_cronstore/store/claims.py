@@ -50,6 +50,10 @@ class TickResult:
     claims: list[Claim]
     rows: int
     errors: list[tuple[str, str]]  # (task name, reason) of rows put in error this call
+    #: Ledger entries written: (state, task name, fires each stands for), for metrics.
+    recorded: list[tuple[str, str, int]] = field(default_factory=list)
+    #: Whether the batch lost a race and was rolled back (it is retried at once).
+    conflict: bool = False
 
 
 class Claimer(LeaseKeeper):
@@ -151,7 +155,7 @@ class Claimer(LeaseKeeper):
             return self._claim_batch()
         except _Conflict as exc:
             logger.info("beat: %s; looking again", exc)
-            return TickResult(self.db.now(), [], 1, [])
+            return TickResult(self.db.now(), [], 1, [], conflict=True)
 
     def problem(self, task: PeriodicTask, row: sa.Row[Any]) -> str | None:
         """Return why ``task`` (read as ``row``) must not be planned, or ``None`` if it may.
@@ -184,7 +188,7 @@ class Claimer(LeaseKeeper):
             self._write_ledger(conn, batch, now)
             self._write_rows(conn, batch)
             faults.hit("before_claim_commit")
-        return TickResult(now, batch.claims(), len(rows), batch.errors)
+        return TickResult(now, batch.claims(), len(rows), batch.errors, batch.recorded())
 
     def _plan(
         self,
@@ -265,7 +269,7 @@ class Claimer(LeaseKeeper):
             logger.warning("beat: some due fires are already in the ledger; planning past them")
         for index, item in enumerate(batch.items):
             batch.items[index] = self._insert_apart(conn, item, now)
-        for entry in batch.failed_entries:
+        for _, entry in batch.failed_entries:
             with contextlib.suppress(IntegrityError), conn.begin_nested():
                 conn.execute(sa.insert(fire).values(**entry.row()))
 
@@ -332,7 +336,7 @@ class _Batch:
 
     items: list[_Item] = field(default_factory=list)
     failed: list[tuple[int, int, policy.RowUpdate]] = field(default_factory=list)
-    failed_entries: list[policy.Entry] = field(default_factory=list)
+    failed_entries: list[tuple[str, policy.Entry]] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
 
     def fail(self, row: sa.Row[Any], reason: str, node: str) -> None:
@@ -347,20 +351,28 @@ class _Batch:
         due = m["next_run"]
         if isinstance(due, datetime) and due != EPOCH and isinstance(m["id"], int):
             self.failed_entries.append(
-                policy.Entry(
-                    periodic_task_id=m["id"],
-                    fire_time=due,
-                    task_id=policy.fire_task_id(m["id"], str(m["name"]), due),
-                    state="dropped",
-                    reason=f"not published: {reason}",
-                    claimed_by=node,
-                    attempts=0,
+                (
+                    str(m["name"]),
+                    policy.Entry(
+                        periodic_task_id=m["id"],
+                        fire_time=due,
+                        task_id=policy.fire_task_id(m["id"], str(m["name"]), due),
+                        state="dropped",
+                        reason=f"not published: {reason}",
+                        claimed_by=node,
+                        attempts=0,
+                    ),
                 )
             )
 
     def ledger(self) -> list[dict[str, Any]]:
         rows = [entry.row() for item in self.items for entry in item.plan.entries]
-        rows.extend(entry.row() for entry in self.failed_entries)
+        rows.extend(entry.row() for _, entry in self.failed_entries)
+        return rows
+
+    def recorded(self) -> list[tuple[str, str, int]]:
+        rows = [(e.state, i.task.name, e.fire_count) for i in self.items for e in i.plan.entries]
+        rows.extend((e.state, name, e.fire_count) for name, e in self.failed_entries)
         return rows
 
     def claims(self) -> list[Claim]:
