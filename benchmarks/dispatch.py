@@ -6,7 +6,8 @@ For each backend it prints, measured in the same run:
   one transaction (lock the due rows, insert their ledger rows, move their ``next_run``,
   mark the fires published), then undone;
 * **broker floor**: the very messages beat sent, pushed again by a redis-py pipeline
-  (RabbitMQ: published again through one py-amqp channel with publisher confirms);
+  (RabbitMQ: published again through one py-amqp channel in confirm mode, then every
+  confirm awaited);
 * **floor**: the sum of the two;
 * **dispatch**: a warm ``celery_cronstore.Scheduler`` ticking until the broker holds
   every message (and the ledger says published);
@@ -98,10 +99,18 @@ class Broker:
 
         channel = self.amqp.channel()
         channel.confirm_select()
+        acked = [0]
+
+        def on_ack(tag: int, multiple: bool) -> None:
+            acked[0] = max(acked[0], tag)
+
+        channel.events["basic_ack"].add(on_ack)
         t = time.perf_counter()
         for message in messages:
             again = amqp.Message(message.body, **message.properties)
             channel.basic_publish(again, exchange="", routing_key=QUEUE)
+        while acked[0] < len(messages):  # every publish confirmed (acks come in order)
+            self.amqp.drain_events(timeout=30)
         elapsed = time.perf_counter() - t
         channel.close()
         return elapsed

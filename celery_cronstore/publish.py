@@ -12,7 +12,10 @@ compares them field by field.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -20,9 +23,12 @@ from celery_cronstore.policy import message_options
 from celery_cronstore.policy.messages import protocol2_headers
 from celery_cronstore.records import Claim
 
-__all__ = ["BoundRouter", "Dispatcher", "publish"]
+__all__ = ["CONFIRM_WAIT", "BoundRouter", "Dispatcher", "publish"]
 
 logger = logging.getLogger("celery.beat")
+
+#: Longest wait (seconds) for RabbitMQ's confirms of one batch before it is held back.
+CONFIRM_WAIT = 30.0
 
 
 class BoundRouter:
@@ -155,6 +161,69 @@ class Dispatcher:
         self._backend_base = Backend.on_task_call
         self._declared: set[int] = set()
         self._tasks: dict[str, tuple[Any, dict[str, Any]] | None] = {}
+        #: Where fast-path messages go: the producer, or (RabbitMQ with publisher
+        #: confirms, inside :meth:`batch`) a producer on a channel that does not wait.
+        self._out = producer
+        self._unconfirmed = 0
+
+    @contextlib.contextmanager
+    def batch(self, size: int) -> Iterator[None]:
+        """Group the publishes made inside: one Redis pipeline (kombu's producer batch),
+        or, with RabbitMQ's publisher confirms, one wait for the confirms of them all.
+
+        kombu's confirm mode waits for each message's ack before the next (a round trip
+        each); here the batch goes out on a channel of its own and its acks are awaited
+        together at the end. A nack, or no confirm within :data:`CONFIRM_WAIT`, raises a
+        broker error: the whole batch is held back and sent again, same task ids.
+        """
+        if self._confirming():
+            with self._confirmed():
+                yield
+            return
+        grouped = getattr(self.producer, "batch", None)
+        with grouped(max_size=size) if grouped else contextlib.nullcontext():
+            yield
+
+    def _confirming(self) -> bool:
+        channel = self.producer.channel
+        return bool(getattr(getattr(channel, "connection", None), "confirm_publish", False)) and (
+            hasattr(channel, "_basic_publish")
+        )
+
+    @contextlib.contextmanager
+    def _confirmed(self) -> Iterator[None]:
+        from kombu.exceptions import OperationalError
+        from kombu.messaging import Producer as _Producer
+
+        Producer: Any = _Producer  # kombu ships no types
+
+        connection = self.producer.connection
+        channel = connection.channel()
+        acks = _Acks()
+        try:
+            channel.confirm_select()
+            channel._confirm_selected = True
+            channel.basic_publish = channel._basic_publish  # this channel does not wait
+            channel.events["basic_ack"].add(acks.ack)
+            channel.events["basic_nack"].add(acks.nack)
+            self._out = Producer(channel, exchange=self.producer.exchange, auto_declare=False)
+            self._unconfirmed = 0
+            yield
+            deadline = time.monotonic() + CONFIRM_WAIT
+            while not acks.covers(self._unconfirmed):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise OperationalError(
+                        f"RabbitMQ confirmed {acks.upto} of {self._unconfirmed} messages "
+                        f"in {CONFIRM_WAIT:g}s"
+                    )
+                connection.drain_events(timeout=left)
+            if acks.nacked:
+                raise OperationalError(f"RabbitMQ refused (nack) {acks.nacked} message(s)")
+        finally:
+            self._out = self.producer
+            with contextlib.suppress(Exception):
+                channel.close()
 
     def send(self, claim: Claim) -> None:
         """Publish ``claim`` (raises what building or sending its message raises)."""
@@ -306,7 +375,7 @@ class Dispatcher:
                 retry_policy=policy,
             )
         content_type, encoding, payload = self._dumps(body, serializer="json")
-        self.producer.publish(
+        self._out.publish(
             payload,
             exchange=exchange,
             routing_key=routing_key,
@@ -321,6 +390,7 @@ class Dispatcher:
             **properties,
         )
         self._declared.update(id(d) for d in undeclared)
+        self._unconfirmed += 1
         if self._after.receivers:
             self._after.send(
                 sender=name, body=body, headers=headers, exchange=exchange, routing_key=routing_key
@@ -333,6 +403,31 @@ class Dispatcher:
             self._backend = self.app.backend
         if type(self._backend).on_task_call is not self._backend_base:
             self._backend.on_task_call(self.producer, task_id)
+
+
+class _Acks:
+    """Publisher confirms seen on one channel (delivery tags count from 1)."""
+
+    def __init__(self) -> None:
+        self.upto = 0  # every tag up to this one is confirmed
+        self.single: set[int] = set()
+        self.nacked = 0
+
+    def ack(self, tag: int, multiple: bool) -> None:
+        if multiple:
+            self.upto = max(self.upto, tag)
+        else:
+            self.single.add(tag)
+        while self.upto + 1 in self.single:
+            self.upto += 1
+            self.single.discard(self.upto)
+
+    def nack(self, tag: int, multiple: bool) -> None:
+        self.nacked += 1
+        self.ack(tag, multiple)
+
+    def covers(self, count: int) -> bool:
+        return self.upto >= count
 
 
 #: The canvas part of a protocol-2 body: beat's messages have none.

@@ -319,15 +319,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         try:
             producer = self.producer
             broker_errors = self._broker_errors()
-            batch = getattr(producer, "batch", None)
             dispatcher = Dispatcher(self.app, producer)
             for start in range(0, len(claims), PUBLISH_CHUNK):
                 done = start
                 chunk = claims[start : start + PUBLISH_CHUNK]
                 went: list[Claim] = []
-                # kombu >= 5.7 pipelines a batch (Redis: one round trip instead of one per
-                # message); a failed flush leaves the whole chunk pending, same task ids.
-                with batch(max_size=PUBLISH_CHUNK) if batch else contextlib.nullcontext():
+                # One Redis pipeline (kombu >= 5.7) or one wait for RabbitMQ's confirms per
+                # chunk; a failed flush leaves the whole chunk pending, same task ids.
+                with dispatcher.batch(PUBLISH_CHUNK):
                     for claim in chunk:
                         try:
                             self._send(claim, producer, dispatcher)

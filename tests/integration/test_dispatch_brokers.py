@@ -39,3 +39,27 @@ def test_dispatcher_message_equals_celerys_on_redis(redis_url: str, case_id: str
 @pytest.mark.parametrize("case_id", CASE_IDS)
 def test_dispatcher_message_equals_celerys_on_rabbitmq(rabbitmq_url: str, case_id: str) -> None:
     run_case(rabbitmq_url, case_id)
+
+
+@pytest.mark.rabbitmq
+def test_a_confirmed_batch_on_rabbitmq_sends_every_message(rabbitmq_url: str) -> None:
+    from dispatch_cases import producer_of, read
+
+    from celery_cronstore.publish import Dispatcher
+
+    queue = f"cronstore-dispatch-{uuid.uuid4().hex[:8]}"
+    app = make_app(rabbitmq_url, queue)
+    claims = [case_named(queue, "plain").claim for _ in range(5)]
+    try:
+        with producer_of(app) as producer:
+            dispatcher = Dispatcher(app, producer)
+            assert dispatcher._confirming()
+            with dispatcher.batch(250):
+                for claim in claims:
+                    dispatcher.send(claim)
+            assert dispatcher._unconfirmed == len(claims)
+        ids = [read(app, queue)["headers"]["id"] for _ in claims]
+        assert sorted(ids) == sorted(c.task_id for c in claims)
+    finally:
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(queue)
