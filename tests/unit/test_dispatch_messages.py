@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import signals
 from dispatch_cases import CASE_IDS, case_named, cases, check_case, make_app, producer_of, purge
-from kombu.exceptions import EncodeError
+from kombu.exceptions import EncodeError, OperationalError
 
 from celery_cronstore.publish import Dispatcher
 
@@ -73,15 +74,57 @@ def test_dispatcher_sends_celerys_publish_signals() -> None:
 
 
 def test_a_message_that_cannot_be_built_raises_for_that_claim_only() -> None:
+    from celery.exceptions import QueueNotFound
+
     queue = queue_name()
     app = make_app("memory://", queue)
+    app.conf.task_create_missing_queues = False
     good = cases(queue)[0].claim
     bad = replace(good, task_id="bad", args=[object()])  # not JSON
-    unroutable = replace(good, task_id="nowhere", options={"exchange": "x", "routing_key": "r"})
+    nowhere = replace(good, task_id="nowhere", options={"queue": "no-such-queue"})
     with producer_of(app) as producer:
         dispatcher = Dispatcher(app, producer)
         with pytest.raises(EncodeError):
             dispatcher.send(bad)
+        with pytest.raises(QueueNotFound):
+            dispatcher.send(nowhere)
         dispatcher.send(good)
-        dispatcher.send(unroutable)  # a plain exchange name routes, like Celery's
+    # Neither is a broker error: beat drops those fires and publishes the rest.
+    assert not issubclass(EncodeError, (OSError, OperationalError))
+    assert not issubclass(QueueNotFound, (OSError, OperationalError))
+    with app.connection_for_read() as conn:
+        assert conn.default_channel._size(queue) == 1
     purge(app, [queue])
+
+
+def test_beat_drops_only_the_fire_whose_message_cannot_be_routed(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from timeline import T0
+
+    from celery_cronstore.scheduler import Scheduler
+    from celery_cronstore.store import Store
+    from celery_cronstore.testing import FrozenClock
+
+    url = f"sqlite:///{tmp_path / 'cronstore.sqlite'}"
+    app = make_app("memory://", "q")
+    app.conf.update(cronstore_url=url, task_create_missing_queues=False)
+    clock = FrozenClock(T0)
+    store = Store(url, clock=clock)
+    store.upgrade()
+    store.add("good", task="cases.plain", timer="*:*:0/10", args=[1])
+    store.add("lost", task="cases.plain", timer="*:*:0/10", args=[2], options={"queue": "nowhere"})
+    scheduler = Scheduler(app, lazy=True)
+    scheduler.store = store
+    try:
+        clock.set(T0 + timedelta(seconds=10))
+        scheduler.tick()
+        states = {name: store.history(name)[0].state for name in ("good", "lost")}
+        assert states == {"good": "published", "lost": "dropped"}
+        assert "nowhere" in (store.get("lost").error or "")
+        with app.connection_for_read() as conn:
+            assert conn.default_channel._size("q") == 1
+    finally:
+        scheduler.close()
+        store.close()
+        purge(app, ["q"])
