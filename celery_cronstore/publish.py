@@ -152,7 +152,6 @@ class Dispatcher:
         self._default_exchange = amqp.default_exchange
         self._default_rkey = conf.task_default_routing_key
         self._queues = amqp.queues
-        self._default_queue = amqp.default_queue
         self._reply_to = app.thread_oid
         self._origin = anon_nodename()
         self._argsmax = amqp.argsrepr_maxsize
@@ -236,8 +235,9 @@ class Dispatcher:
 
         task, preopts = spec
         args, kwargs = claim.args, claim.kwargs
-        if task is not None and task.typing:
-            task.__header__(*(args or ()), **(kwargs or {}))
+        check = getattr(task, "__header__", None) if task is not None and task.typing else None
+        if check is not None:  # Task.typing: the call must fit the signature
+            check(*(args or ()), **(kwargs or {}))
         options = message_options(claim, guarded=isinstance(task, CronTask))
         if task is not None:
             options = dict(preopts, **options)
@@ -336,7 +336,7 @@ class Dispatcher:
         properties.update((k, v) for k, v in options.items() if k not in _NAMED)
         qname = queue
         if queue is None and exchange is None:
-            queue = self._default_queue
+            queue = self.app.amqp.default_queue
         if queue is not None:
             if isinstance(queue, str):
                 qname, queue = queue, self._queues[queue]
