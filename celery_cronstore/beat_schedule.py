@@ -1,13 +1,19 @@
-"""Translate entries of Celery's ``beat_schedule`` setting into cronstore timers."""
+"""Celery's ``beat_schedule`` setting: its entries as cronstore timers, mirrored into the store."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from datetime import timedelta
 from typing import Any
 
+from celery_cronstore.errors import CronstoreError, DuplicateTaskError
+from celery_cronstore.store import Store
 from celery_cronstore.timers import Timer, parse_timer
 
-__all__ = ["timer_from_entry"]
+__all__ = ["sync_beat_schedule", "timer_from_entry"]
+
+logger = logging.getLogger("celery.beat")
 
 
 def _interval(seconds: float, name: str) -> str:
@@ -50,3 +56,54 @@ def timer_from_entry(name: str, schedule: Any, default_tz: str) -> Timer:
         f"beat_schedule entry {name!r}: cannot store a {type(schedule).__name__} schedule; "
         "use a crontab, a timedelta, a number of seconds or a timer string"
     )
+
+
+def sync_beat_schedule(store: Store, app: Any) -> None:
+    """Mirror ``app.conf.beat_schedule`` into the store (source ``config``).
+
+    Entries are added or updated; stored ``config`` tasks no longer in the setting are
+    removed; a bad entry is logged and skipped; a stored task of another source with the
+    same name is left alone.
+    """
+    wanted = app.conf.beat_schedule or {}
+    zone = str(app.conf.timezone or "UTC")
+    for name, entry in wanted.items():
+        try:
+            _sync_entry(store, name, dict(entry), zone)
+        except (CronstoreError, ValueError) as exc:
+            logger.error("beat: beat_schedule entry %r not stored: %s", name, exc)
+    for stale in store.list(source="config"):
+        if stale.name not in wanted:
+            logger.info("beat: removing %r: no longer in beat_schedule", stale.name)
+            store.remove(stale.name)
+
+
+def _sync_entry(store: Store, name: str, entry: dict[str, Any], zone: str) -> None:
+    timer = timer_from_entry(name, entry["schedule"], zone)
+    fields: dict[str, Any] = {
+        "task": entry["task"],
+        "args": list(entry.get("args") or ()),
+        "kwargs": dict(entry.get("kwargs") or {}),
+        "options": dict(entry.get("options") or {}),
+    }
+    try:
+        current = store.get(name)
+    except KeyError:
+        with contextlib.suppress(DuplicateTaskError):  # another replica added it first
+            store.add(
+                name, timer=str(timer), kind=timer.kind, tz=timer.tz_name, source="config", **fields
+            )
+        return
+    if current.source != "config":
+        logger.warning("beat: beat_schedule entry %r shadows a stored task; left alone", name)
+        return
+    same_timer = (current.timer, current.timer_kind, current.tz) == (
+        str(timer),
+        timer.kind,
+        timer.tz_name,
+    )
+    changed = {k: v for k, v in fields.items() if getattr(current, k) != v}
+    if not same_timer:
+        changed.update(timer=str(timer), kind=timer.kind, tz=timer.tz_name)
+    if changed:
+        store.update(name, **changed)

@@ -96,6 +96,24 @@ class Config:
             " lost; the guard starts one copy at most). At most 3 times per fire."
         },
     )
+    metrics_port: int = field(
+        default=0,
+        metadata={
+            "help": "Serve beat's Prometheus metrics on this port (``/metrics``, on"
+            " ``cronstore_metrics_address``; needs the ``metrics`` extra). Unset: off."
+        },
+    )
+    metrics_address: str = field(
+        default="127.0.0.1",
+        metadata={"help": "Address beat's metrics listen on (``0.0.0.0``: every interface)."},
+    )
+    metrics_per_task: bool = field(
+        default=False,
+        metadata={
+            "help": "Label beat's fire counters with the task name too (one series per task"
+            " and outcome: for a few hundred tasks, not a million)."
+        },
+    )
     default_tz: str = field(
         default="",
         metadata={

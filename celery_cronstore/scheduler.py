@@ -7,7 +7,6 @@ Instead of Celery's heap of every entry, each tick asks the database one indexed
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -22,38 +21,36 @@ from kombu.exceptions import OperationalError
 from sqlalchemy.exc import SQLAlchemyError
 
 from celery_cronstore import faults
-from celery_cronstore.beat_schedule import timer_from_entry
+from celery_cronstore.beat_schedule import sync_beat_schedule
 from celery_cronstore.calls import call_problem
 from celery_cronstore.config import Config
+from celery_cronstore.dispatch import Dispatcher
 from celery_cronstore.errors import (
-    CronstoreError,
-    DuplicateTaskError,
     SchemaVersionError,
     StoreError,
 )
-from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY
-from celery_cronstore.publish import Dispatcher, publish
+from celery_cronstore.metrics import BeatMetrics, start_metrics
+from celery_cronstore.publish import publish
 from celery_cronstore.records import Claim
 from celery_cronstore.secrets import app_passwords, scrub
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.engine import redact
 from celery_cronstore.store.listen import Listener
 from celery_cronstore.store.retention import Pruner
+from celery_cronstore.upkeep import Upkeep
 from celery_cronstore.urls import driver_hint
 
 __all__ = ["Scheduler"]
 
 logger = logging.getLogger("celery.beat")
 
-#: Seconds between heartbeats (``cronstore health``) and between looks for expired leases.
-HEARTBEAT_EVERY = 5.0
 #: Messages sent per broker batch.
 PUBLISH_CHUNK = 250
 #: Shortest and longest wait (seconds) when every due row is locked by another process.
 LOCKED_BACKOFF = (0.05, 0.2)
 
 
-class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
+class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
     """A Celery beat scheduler that keeps periodic tasks in SQL (see the package docs)."""
 
     def __init__(self, app: Any, *args: Any, lazy: bool = False, **kwargs: Any) -> None:
@@ -76,6 +73,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         self._clock_offset: float | None = None
         self._told_transport = False
         self._next_clock_warning = 0.0
+        #: Prometheus metrics (``cronstore_metrics_port``), started with the store.
+        self.metrics: BeatMetrics | None = None
         # Celery builds the scheduler once with lazy=True for the banner: no I/O then.
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
@@ -106,7 +105,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             return self.config.poll_interval
         try:
             claimer = self._ready()
+            began = time.perf_counter()
             sleep = self._tick(claimer)
+            if self.metrics is not None:
+                self.metrics.tick_seconds.observe(time.perf_counter() - began)
+                stalled = self._stalled_since
+                self.metrics.stalled.set(
+                    0 if stalled is None else (datetime.now(timezone.utc) - stalled).total_seconds()
+                )
         except SchemaVersionError:
             raise
         except (SQLAlchemyError, OSError) as exc:
@@ -169,7 +175,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             logger.critical("beat: %s", exc)
             raise SystemExit(f"celery-cronstore: {exc}") from None
         if self.config.sync_beat_schedule:
-            self._sync_config(store)
+            sync_beat_schedule(store, self.app)
         self._started_at = store.now()
         claimer = Claimer(
             store,
@@ -189,24 +195,16 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         if replanned:
             logger.info("beat: checking %d periodic task(s) in error again", replanned)
         self.claimer = claimer
+        if self.config.metrics_port and self.metrics is None:
+            self.metrics = start_metrics(
+                self.config.metrics_port,
+                per_task=self.config.metrics_per_task,
+                address=self.config.metrics_address,
+            )
         logger.info("beat: cronstore %s ready as %s", self._url, self.node)
         if self.config.is_sqlite:
             self._warn_shared_sqlite(store, claimer, self._started_at)
         return claimer
-
-    def _warn_shared_sqlite(self, store: Store, claimer: Claimer, started_at: datetime) -> None:
-        """Say so at start when another live beat uses the same SQLite file."""
-        now = claimer.heartbeat(started_at)
-        window = 3 * HEARTBEAT_EVERY
-        for other in store.beats():
-            if other.node != self.node and (now - other.last_tick).total_seconds() <= window:
-                logger.warning(
-                    "beat: another beat (%s) uses this SQLite store: several beats on one "
-                    "SQLite file serialize on its write lock, and a frozen one stops them "
-                    "all; HA needs PostgreSQL or MariaDB",
-                    other.node,
-                )
-                return
 
     def _tick(self, claimer: Claimer) -> float:
         if self._pending:
@@ -225,6 +223,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             return max(0.0, min(self.config.poll_interval, wait))
         result = claimer.claim_due()
         self._report(result.errors)
+        if self.metrics is not None:
+            self.metrics.claimed(result)
         faults.hit("after_claim")
         if result.claims and not self._publish(claimer, result.claims):
             self._progress(now)
@@ -238,18 +238,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         self._locked_out = min(LOCKED_BACKOFF[1], max(LOCKED_BACKOFF[0], self._locked_out * 2))
         return self._locked_out
 
-    def _check_clock(self, db_now: datetime) -> None:
-        """Note (and now and then log) how far this host's clock is from the database's."""
-        offset = (datetime.now(timezone.utc) - db_now).total_seconds()
-        self._clock_offset = round(offset, 3)
-        if abs(offset) > CLOCK_WARN and time.monotonic() >= self._next_clock_warning:
-            self._next_clock_warning = time.monotonic() + CLOCK_WARN_EVERY
-            logger.warning(
-                "beat: this host's clock is %+.1fs off the database's; due times, leases and "
-                "deadlines use the database's, but beat wakes at the wrong moment (fix NTP)",
-                offset,
-            )
-
     def _progress(self, stuck_at: datetime | None) -> None:
         """Note whether this tick could do the due work (``None``) or not (since when)."""
         if stuck_at is None:
@@ -257,50 +245,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             self._locked_out = 0.0
         elif self._stalled_since is None:
             self._stalled_since = stuck_at
-
-    def _housekeeping(self, claimer: Claimer) -> bool:
-        """Heartbeat, hand back lost deliveries, take over lapsed leases (every few s)."""
-        assert self._started_at is not None
-        # One statement on PostgreSQL: the heartbeat, and which of the writes below have work.
-        chores = claimer.chores(self._started_at, self._stalled_since, self._clock_offset)
-        self._check_clock(chores.now)
-        abandoned = claimer.abandon_silent() if chores.silent else 0
-        if abandoned:
-            logger.warning(
-                "beat: %d started fire(s) recorded abandoned: their worker stopped reporting",
-                abandoned,
-            )
-        unstarted = claimer.redeliver_unstarted() if chores.unstarted else 0
-        if unstarted:
-            logger.warning(
-                "beat: %d CronTask fire(s) not started %gs after publishing; "
-                "publishing again under the same task id",
-                unstarted,
-                self.config.start_timeout,
-            )
-        reclaimed = claimer.reclaim_expired() if chores.expired or unstarted else []
-        self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
-        self._prune(claimer)
-        if reclaimed:
-            logger.warning("beat: re-publishing %d claim(s) whose lease ran out", len(reclaimed))
-            return self._publish(claimer, reclaimed)
-        return True
-
-    def _prune(self, claimer: Claimer) -> None:
-        """Delete one small batch of old fire history (``cronstore_history_days``).
-
-        One bounded transaction per housekeeping while a pass has work; a minute's pause
-        after each pass. A failure is logged and never stops the firing.
-        """
-        if self._pruner is None:
-            self._pruner = Pruner(claimer.db)
-        try:
-            step = self._pruner.pace(self.config.history, time.monotonic())
-        except SQLAlchemyError as exc:
-            logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
-            return
-        if step is not None and step.deleted:
-            logger.debug("beat: pruned %d old ledger row(s)", step.deleted)
 
     def _publish(self, claimer: Claimer, claims: list[Claim]) -> bool:
         """Publish claims in order; keep the unsent ones pending. Return whether all went.
@@ -345,6 +289,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
                 logger.critical("beat: %s", driver_hint(exc, str(self.app.conf.broker_url)))
             lost = {c.task_id for c, _ in failed}
             self._pending = [c for c in claims[done:] if c.task_id not in lost]
+            if self.metrics is not None:
+                self.metrics.failed("broker")
             logger.error(
                 "beat: publishing failed (%s); %d fire(s) wait",
                 self._scrub(exc),
@@ -367,6 +313,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         if failed:
             claimer.drop(failed)
             self._report([(claim.name, reason) for claim, reason in failed])
+        if self.metrics is not None:
+            self.metrics.published(sent, datetime.now(timezone.utc))
+            self.metrics.failed("message", len(failed))
 
     def _broker_errors(self) -> tuple[type[BaseException], ...]:
         """The exceptions that mean "the broker is unavailable" (not "this message is bad")."""
@@ -428,58 +377,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         else:
             logger.error("beat: %s unavailable; retrying in %.1fs", what, delay)
         return delay
-
-    # -- beat_schedule --------------------------------------------------------------------
-
-    def _sync_config(self, store: Store) -> None:
-        """Mirror ``app.conf.beat_schedule`` into the store (source ``config``)."""
-        wanted = self.app.conf.beat_schedule or {}
-        zone = str(self.app.conf.timezone or "UTC")
-        for name, entry in wanted.items():
-            try:
-                self._sync_entry(store, name, dict(entry), zone)
-            except (CronstoreError, ValueError) as exc:
-                logger.error("beat: beat_schedule entry %r not stored: %s", name, exc)
-        for stale in store.list(source="config"):
-            if stale.name not in wanted:
-                logger.info("beat: removing %r: no longer in beat_schedule", stale.name)
-                store.remove(stale.name)
-
-    @staticmethod
-    def _sync_entry(store: Store, name: str, entry: dict[str, Any], zone: str) -> None:
-        timer = timer_from_entry(name, entry["schedule"], zone)
-        fields: dict[str, Any] = {
-            "task": entry["task"],
-            "args": list(entry.get("args") or ()),
-            "kwargs": dict(entry.get("kwargs") or {}),
-            "options": dict(entry.get("options") or {}),
-        }
-        try:
-            current = store.get(name)
-        except KeyError:
-            with contextlib.suppress(DuplicateTaskError):  # another replica added it first
-                store.add(
-                    name,
-                    timer=str(timer),
-                    kind=timer.kind,
-                    tz=timer.tz_name,
-                    source="config",
-                    **fields,
-                )
-            return
-        if current.source != "config":
-            logger.warning("beat: beat_schedule entry %r shadows a stored task; left alone", name)
-            return
-        same_timer = (current.timer, current.timer_kind, current.tz) == (
-            str(timer),
-            timer.kind,
-            timer.tz_name,
-        )
-        changed = {k: v for k, v in fields.items() if getattr(current, k) != v}
-        if not same_timer:
-            changed.update(timer=str(timer), kind=timer.kind, tz=timer.tz_name)
-        if changed:
-            store.update(name, **changed)
 
 
 def _unsendable(exc: BaseException) -> str:

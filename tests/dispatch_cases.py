@@ -19,7 +19,8 @@ from typing import Any
 from celery import Celery
 from kombu import Queue as _Queue
 
-from celery_cronstore.publish import Dispatcher, publish
+from celery_cronstore.dispatch import Dispatcher
+from celery_cronstore.publish import publish
 from celery_cronstore.records import Claim
 from celery_cronstore.task import CronTask
 

@@ -23,6 +23,8 @@ app.conf.update(
     cronstore_poll_interval=float(os.environ.get("E2E_POLL", "0.5")),
     cronstore_lease=float(os.environ.get("E2E_LEASE", "10")),
     cronstore_auto_migrate_sqlite=True,
+    # Beat's Prometheus metrics, when a test asks for them (None: off).
+    cronstore_metrics_port=int(os.environ.get("E2E_METRICS_PORT", "0")) or None,
 )
 
 

@@ -45,7 +45,7 @@ def test_dispatcher_message_equals_celerys_on_rabbitmq(rabbitmq_url: str, case_i
 def test_a_confirmed_batch_on_rabbitmq_sends_every_message(rabbitmq_url: str) -> None:
     from dispatch_cases import producer_of, read
 
-    from celery_cronstore.publish import Dispatcher
+    from celery_cronstore.dispatch import Dispatcher
 
     queue = f"cronstore-dispatch-{uuid.uuid4().hex[:8]}"
     app = make_app(rabbitmq_url, queue)

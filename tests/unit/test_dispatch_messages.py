@@ -13,7 +13,7 @@ from celery import signals
 from dispatch_cases import CASE_IDS, case_named, cases, check_case, make_app, producer_of, purge
 from kombu.exceptions import EncodeError, OperationalError
 
-from celery_cronstore.publish import Dispatcher
+from celery_cronstore.dispatch import Dispatcher
 
 
 def queue_name() -> str:

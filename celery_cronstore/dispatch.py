@@ -1,0 +1,388 @@
+"""Beat's batches to the broker: Celery's protocol-2 message, built once per batch's worth
+of work instead of once per message.
+
+:class:`Dispatcher` builds the very same message Celery builds for ``apply_async`` (or
+``send_task``) and gives it to kombu's producer, skipping the per-message work Celery
+repeats for every call (reading the configuration, merging options twice, wrapping the
+publish in a retry); it hands a claim to :func:`celery_cronstore.publish.publish` whenever
+Celery would do something it does not reproduce. ``tests/integration/
+test_dispatch_brokers.py`` decodes messages from both ways and compares them field by
+field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from celery_cronstore.policy import message_options
+from celery_cronstore.policy.messages import protocol2_headers
+from celery_cronstore.publish import BoundRouter, publish, shorten
+from celery_cronstore.records import Claim
+
+__all__ = ["CONFIRM_WAIT", "Dispatcher"]
+
+logger = logging.getLogger("celery.beat")
+
+#: Longest wait (seconds) for RabbitMQ's confirms of one batch before it is held back.
+CONFIRM_WAIT = 30.0
+
+
+#: ``send_task_message`` parameters: every other routed option becomes a message property.
+_NAMED = frozenset(
+    {
+        "exchange",
+        "routing_key",
+        "queue",
+        "event_dispatcher",
+        "retry",
+        "retry_policy",
+        "serializer",
+        "delivery_mode",
+        "compression",
+        "declare",
+        "headers",
+        "exchange_type",
+        "timeout",
+        "confirm_timeout",
+    }
+)
+
+
+class Dispatcher:
+    """Publish claims through one producer as Celery would, doing per batch what Celery
+    does per message.
+
+    The message is Celery 5.7's for ``apply_async(args, kwargs, task_id=..., **options)``
+    (``send_task`` by name for a task this process does not know): the same routing
+    (``task_routes``, the task's own queue and priority), headers, properties, body and
+    ``before_task_publish`` / ``after_task_publish`` signals. What differs is how it gets
+    to the broker: without Celery's per-message publish retry (a broker error holds the
+    whole batch back, and beat sends it again, same task ids, once the broker is back).
+    A claim whose task or app asks for something not reproduced here (a custom
+    ``apply_async`` or ``shadow_name``, pydantic arguments, ``task_always_eager``,
+    ``task_send_sent_event``, protocol 1) goes through :func:`publish` instead.
+    """
+
+    def __init__(self, app: Any, producer: Any) -> None:
+        from celery import Celery, Task, signals
+        from celery.app.amqp import AMQP
+        from celery.backends.base import Backend
+        from celery.utils.nodenames import anon_nodename
+        from kombu.serialization import dumps
+
+        self.app = app
+        self.producer = producer
+        self.router = BoundRouter(app, producer.channel)
+        conf = app.conf
+        amqp = app.amqp
+        self._celery = (
+            conf.task_protocol == 2
+            and not conf.task_send_sent_event
+            and not signals.task_sent.receivers
+            and type(amqp).create_task_message is AMQP.create_task_message
+            and type(amqp).send_task_message is AMQP.send_task_message
+            and type(app).send_task is Celery.send_task
+        )
+        self._eager = bool(conf.task_always_eager)
+        self._dumps: Any = dumps
+        self._Task = Task
+        self._before = signals.before_task_publish
+        self._after = signals.after_task_publish
+        self._retry = conf.task_publish_retry
+        self._policy = dict(conf.task_publish_retry_policy)
+        self._delivery_mode = conf.task_default_delivery_mode
+        self._compression = conf.task_compression
+        self._default_exchange = amqp.default_exchange
+        self._default_rkey = conf.task_default_routing_key
+        self._queues = amqp.queues
+        self._reply_to = app.thread_oid
+        self._origin = anon_nodename()
+        self._argsmax = amqp.argsrepr_maxsize
+        self._kwargsmax = amqp.kwargsrepr_maxsize
+        self._backend: Any = None
+        self._backend_base = Backend.on_task_call
+        self._declared: set[int] = set()
+        self._tasks: dict[str, tuple[Any, dict[str, Any]] | None] = {}
+        #: Where fast-path messages go: the producer, or (RabbitMQ with publisher
+        #: confirms, inside :meth:`batch`) a producer on a channel that does not wait.
+        self._out = producer
+        self._unconfirmed = 0
+
+    @contextlib.contextmanager
+    def batch(self, size: int) -> Iterator[None]:
+        """Group the publishes made inside: one Redis pipeline (kombu's producer batch),
+        or, with RabbitMQ's publisher confirms, one wait for the confirms of them all.
+
+        kombu's confirm mode waits for each message's ack before the next (a round trip
+        each); here the batch goes out on a channel of its own and its acks are awaited
+        together at the end. A nack, or no confirm within :data:`CONFIRM_WAIT`, raises a
+        broker error: the whole batch is held back and sent again, same task ids.
+        """
+        if self._confirming():
+            with self._confirmed():
+                yield
+            return
+        grouped = getattr(self.producer, "batch", None)
+        with grouped(max_size=size) if grouped else contextlib.nullcontext():
+            yield
+
+    def _confirming(self) -> bool:
+        channel = self.producer.channel
+        return bool(getattr(getattr(channel, "connection", None), "confirm_publish", False)) and (
+            hasattr(channel, "_basic_publish")
+        )
+
+    @contextlib.contextmanager
+    def _confirmed(self) -> Iterator[None]:
+        from kombu.exceptions import OperationalError
+        from kombu.messaging import Producer as _Producer
+
+        Producer: Any = _Producer  # kombu ships no types
+
+        connection = self.producer.connection
+        channel = connection.channel()
+        acks = _Acks()
+        try:
+            channel.confirm_select()
+            channel._confirm_selected = True
+            channel.basic_publish = channel._basic_publish  # this channel does not wait
+            channel.events["basic_ack"].add(acks.ack)
+            channel.events["basic_nack"].add(acks.nack)
+            self._out = Producer(channel, exchange=self.producer.exchange, auto_declare=False)
+            self._unconfirmed = 0
+            yield
+            deadline = time.monotonic() + CONFIRM_WAIT
+            while not acks.covers(self._unconfirmed):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise OperationalError(
+                        f"RabbitMQ confirmed {acks.upto} of {self._unconfirmed} messages "
+                        f"in {CONFIRM_WAIT:g}s"
+                    )
+                connection.drain_events(timeout=left)
+            if acks.nacked:
+                raise OperationalError(f"RabbitMQ refused (nack) {acks.nacked} message(s)")
+        finally:
+            self._out = self.producer
+            with contextlib.suppress(Exception):
+                channel.close()
+
+    def send(self, claim: Claim) -> None:
+        """Publish ``claim`` (raises what building or sending its message raises)."""
+        spec = self._spec(claim.task)
+        if spec is None:
+            publish(self.app, claim, self.producer, self.router)
+            return
+        logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
+        from celery_cronstore.task import CronTask
+
+        task, preopts = spec
+        args, kwargs = claim.args, claim.kwargs
+        check = getattr(task, "__header__", None) if task is not None and task.typing else None
+        if check is not None:  # Task.typing: the call must fit the signature
+            check(*(args or ()), **(kwargs or {}))
+        options = message_options(claim, guarded=isinstance(task, CronTask))
+        if task is not None:
+            options = dict(preopts, **options)
+            options.setdefault("ignore_result", task.ignore_result)
+        time_limit = options.pop("time_limit", None)
+        soft_time_limit = options.pop("soft_time_limit", None)
+        expires = options.pop("expires", None)
+        ignore_result = options.pop("ignore_result", None)
+        options["argsrepr"] = argsrepr = shorten(repr(args), self._argsmax)
+        options["kwargsrepr"] = kwargsrepr = shorten(repr(kwargs), self._kwargsmax)
+        routed = self.router.route(options, claim.task, args, kwargs, task)
+        expires_header = None
+        if expires is not None:
+            expires_header, routed["expiration"] = self._expiry(claim.task_id, expires)
+        task_id = claim.task_id
+        headers = protocol2_headers(
+            task_id=task_id,
+            name=claim.task,
+            argsrepr=argsrepr,
+            kwargsrepr=kwargsrepr,
+            origin=self._origin,
+            expires=expires_header,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            ignore_result=ignore_result,
+        )
+        body = (args or [], kwargs or {}, _EMBED.copy())
+        self._send(task_id, claim.task, headers, body, routed, ignore_result)
+
+    def _spec(self, name: str) -> tuple[Any, dict[str, Any]] | None:
+        """Return (task or None, its exec options) if the fast path may send ``name``."""
+        if name in self._tasks:
+            return self._tasks[name]
+        spec: tuple[Any, dict[str, Any]] | None = None
+        if self._celery:
+            task = self.app.tasks.get(name)
+            if task is None:
+                spec = (None, {})
+            elif self._plain(task):
+                spec = (task, dict(task._get_exec_options()))
+        self._tasks[name] = spec
+        return spec
+
+    def _plain(self, task: Any) -> bool:
+        cls, base = type(task), self._Task
+        soft, hard = task.soft_time_limit, task.time_limit
+        return (
+            not self._eager
+            and cls.apply_async is base.apply_async
+            and cls.shadow_name is base.shadow_name
+            and getattr(task, "_dump_pydantic_arguments", None) is None
+            and not (soft and hard and soft > hard)
+        )
+
+    def _expiry(self, task_id: str, expires: Any) -> tuple[str, float]:
+        """Return the ``expires`` header and the ``expiration`` TTL, as Celery computes them."""
+        from celery.utils.time import add_seconds_to_datetime, maybe_make_aware
+        from celery.utils.time import subtract_datetimes as elapsed
+
+        now = self.app.now()
+        if isinstance(expires, datetime):
+            seconds = elapsed(expires, now).total_seconds()
+            header = expires.isoformat()
+        elif isinstance(expires, str):
+            # Celery parses with dateutil's isoparse; rows hold what option_problems let
+            # through (fromisoformat), which both read alike.
+            moment = datetime.fromisoformat(expires.replace("Z", "+00:00"))
+            seconds = elapsed(moment, now).total_seconds()
+            header = expires
+        else:
+            seconds = expires
+            later = add_seconds_to_datetime(now, expires)
+            header = maybe_make_aware(later, tz=self.app.timezone).isoformat()
+        if seconds < 0:
+            logger.warning("%s has an expiration date in the past (%ss ago)", task_id, -seconds)
+            seconds = 0
+        return header, seconds
+
+    def _send(
+        self,
+        task_id: str,
+        name: str,
+        headers: dict[str, Any],
+        body: tuple[Any, ...],
+        options: dict[str, Any],
+        ignore_result: bool | None,
+    ) -> None:
+        """Celery's ``send_task_message`` for one message, minus the publish retry."""
+        extra = options.pop("headers", None)
+        if extra:
+            headers.update(extra)
+        queue: Any = options.get("queue")
+        exchange = options.get("exchange")
+        routing_key = options.get("routing_key")
+        properties = {"correlation_id": task_id, "reply_to": self._reply_to}
+        properties.update((k, v) for k, v in options.items() if k not in _NAMED)
+        qname = queue
+        if queue is None and exchange is None:
+            queue = self.app.amqp.default_queue
+        if queue is not None:
+            if isinstance(queue, str):
+                qname, queue = queue, self._queues[queue]
+            else:
+                qname = queue.name
+        delivery_mode = options.get("delivery_mode")
+        if delivery_mode is None:
+            delivery_mode = getattr(getattr(queue, "exchange", None), "delivery_mode", None)
+            delivery_mode = delivery_mode or self._delivery_mode
+        exchange_type = options.get("exchange_type")
+        if exchange_type is None:
+            exchange_type = getattr(getattr(queue, "exchange", None), "type", "direct")
+        if (not exchange or not routing_key) and exchange_type == "direct":
+            exchange, routing_key = "", qname
+        elif exchange is None:
+            exchange = queue.exchange.name or self._default_exchange
+            routing_key = routing_key or queue.routing_key or self._default_rkey
+        declare = options.get("declare")
+        if declare is None and queue is not None and not _broadcast(queue):
+            declare = [queue]
+        # Declared once per batch: kombu would look each one up in its cache per message.
+        undeclared = [d for d in declare or () if id(d) not in self._declared]
+        retry_policy = options.get("retry_policy")
+        policy = dict(self._policy, **retry_policy) if retry_policy else dict(self._policy)
+        if not ignore_result:
+            self._on_task_call(task_id)
+        if self._before.receivers:
+            self._before.send(
+                sender=name,
+                body=body,
+                exchange=exchange,
+                routing_key=routing_key,
+                declare=declare,
+                headers=headers,
+                properties=properties,
+                retry_policy=policy,
+            )
+        content_type, encoding, payload = self._dumps(body, serializer="json")
+        self._out.publish(
+            payload,
+            exchange=exchange,
+            routing_key=routing_key,
+            content_type=content_type,
+            content_encoding=encoding,
+            compression=options.get("compression") or self._compression,
+            delivery_mode=delivery_mode,
+            declare=undeclared,
+            headers=headers,
+            timeout=options.get("timeout"),
+            confirm_timeout=options.get("confirm_timeout"),
+            **properties,
+        )
+        self._declared.update(id(d) for d in undeclared)
+        self._unconfirmed += 1
+        if self._after.receivers:
+            self._after.send(
+                sender=name, body=body, headers=headers, exchange=exchange, routing_key=routing_key
+            )
+
+    def _on_task_call(self, task_id: str) -> None:
+        # A result backend that acts when a task is sent (rpc: declare the reply queue;
+        # redis: listen for the result), as Celery's send_task does.
+        if self._backend is None:
+            self._backend = self.app.backend
+        if type(self._backend).on_task_call is not self._backend_base:
+            self._backend.on_task_call(self.producer, task_id)
+
+
+class _Acks:
+    """Publisher confirms seen on one channel (delivery tags count from 1)."""
+
+    def __init__(self) -> None:
+        self.upto = 0  # every tag up to this one is confirmed
+        self.single: set[int] = set()
+        self.nacked = 0
+
+    def ack(self, tag: int, multiple: bool) -> None:
+        if multiple:
+            self.upto = max(self.upto, tag)
+        else:
+            self.single.add(tag)
+        while self.upto + 1 in self.single:
+            self.upto += 1
+            self.single.discard(self.upto)
+
+    def nack(self, tag: int, multiple: bool) -> None:
+        self.nacked += 1
+        self.ack(tag, multiple)
+
+    def covers(self, count: int) -> bool:
+        return self.upto >= count
+
+
+#: The canvas part of a protocol-2 body: beat's messages have none.
+_EMBED: dict[str, Any] = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+
+
+def _broadcast(queue: Any) -> bool:
+    from celery.app.amqp import Broadcast
+
+    return isinstance(queue, Broadcast)

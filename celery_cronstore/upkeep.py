@@ -1,0 +1,117 @@
+"""Beat's upkeep between ticks: heartbeat, lost work, history, clock (every few seconds).
+
+A mixin of :class:`celery_cronstore.Scheduler`: the heartbeat that ``cronstore health``
+reads (with the stall and the clock offset), fires whose worker went silent recorded
+``abandoned``, published fires that never started handed back, lapsed claims taken over,
+one small batch of old history pruned.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from celery_cronstore.config import Config
+from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY
+from celery_cronstore.records import Claim
+from celery_cronstore.store import Claimer, Store
+from celery_cronstore.store.retention import Pruner
+
+__all__ = ["HEARTBEAT_EVERY", "Upkeep"]
+
+logger = logging.getLogger("celery.beat")
+
+#: Seconds between heartbeats (``cronstore health``) and between looks for expired leases.
+HEARTBEAT_EVERY = 5.0
+
+
+class Upkeep:
+    """The scheduler's chores between ticks (see the module docstring)."""
+
+    config: Config
+    node: str
+    _started_at: datetime | None
+    _stalled_since: datetime | None
+    _clock_offset: float | None
+    _next_clock_warning: float
+    _next_housekeeping: float
+    _pruner: Pruner | None
+
+    def _publish(self, claimer: Claimer, claims: list[Claim]) -> bool:
+        raise NotImplementedError
+
+    def _scrub(self, exc: BaseException) -> str:
+        raise NotImplementedError
+
+    def _housekeeping(self, claimer: Claimer) -> bool:
+        """Heartbeat, hand back lost deliveries, take over lapsed leases (every few s)."""
+        assert self._started_at is not None
+        # One statement on PostgreSQL: the heartbeat, and which of the writes below have work.
+        chores = claimer.chores(self._started_at, self._stalled_since, self._clock_offset)
+        self._check_clock(chores.now)
+        abandoned = claimer.abandon_silent() if chores.silent else 0
+        if abandoned:
+            logger.warning(
+                "beat: %d started fire(s) recorded abandoned: their worker stopped reporting",
+                abandoned,
+            )
+        unstarted = claimer.redeliver_unstarted() if chores.unstarted else 0
+        if unstarted:
+            logger.warning(
+                "beat: %d CronTask fire(s) not started %gs after publishing; "
+                "publishing again under the same task id",
+                unstarted,
+                self.config.start_timeout,
+            )
+        reclaimed = claimer.reclaim_expired() if chores.expired or unstarted else []
+        self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
+        self._prune(claimer)
+        if reclaimed:
+            logger.warning("beat: re-publishing %d claim(s) whose lease ran out", len(reclaimed))
+            return self._publish(claimer, reclaimed)
+        return True
+
+    def _prune(self, claimer: Claimer) -> None:
+        """Delete one small batch of old fire history (``cronstore_history_days``).
+
+        One bounded transaction per housekeeping while a pass has work; a minute's pause
+        after each pass. A failure is logged and never stops the firing.
+        """
+        if self._pruner is None:
+            self._pruner = Pruner(claimer.db)
+        try:
+            step = self._pruner.pace(self.config.history, time.monotonic())
+        except SQLAlchemyError as exc:
+            logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
+            return
+        if step is not None and step.deleted:
+            logger.debug("beat: pruned %d old ledger row(s)", step.deleted)
+
+    def _warn_shared_sqlite(self, store: Store, claimer: Claimer, started_at: datetime) -> None:
+        """Say so at start when another live beat uses the same SQLite file."""
+        now = claimer.heartbeat(started_at)
+        window = 3 * HEARTBEAT_EVERY
+        for other in store.beats():
+            if other.node != self.node and (now - other.last_tick).total_seconds() <= window:
+                logger.warning(
+                    "beat: another beat (%s) uses this SQLite store: several beats on one "
+                    "SQLite file serialize on its write lock, and a frozen one stops them "
+                    "all; HA needs PostgreSQL or MariaDB",
+                    other.node,
+                )
+                return
+
+    def _check_clock(self, db_now: datetime) -> None:
+        """Note (and now and then log) how far this host's clock is from the database's."""
+        offset = (datetime.now(timezone.utc) - db_now).total_seconds()
+        self._clock_offset = round(offset, 3)
+        if abs(offset) > CLOCK_WARN and time.monotonic() >= self._next_clock_warning:
+            self._next_clock_warning = time.monotonic() + CLOCK_WARN_EVERY
+            logger.warning(
+                "beat: this host's clock is %+.1fs off the database's; due times, leases and "
+                "deadlines use the database's, but beat wakes at the wrong moment (fix NTP)",
+                offset,
+            )
