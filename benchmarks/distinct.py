@@ -30,7 +30,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 from celery_cronstore import timers  # noqa: E402
-from celery_cronstore.policy import fires as policy_fires  # noqa: E402
+from celery_cronstore.policy import timing as policy_timing  # noqa: E402
 from celery_cronstore.store import Claimer, Store  # noqa: E402
 from celery_cronstore.store.schema import fire, periodic_task  # noqa: E402
 from harness.scratch import scratch_database  # noqa: E402
@@ -89,7 +89,7 @@ def run(url: str, count: int) -> dict[str, tuple[float, float]]:
             conn.execute(sa.delete(fire))
             conn.execute(sa.delete(periodic_task))
             conn.execute(sa.insert(periodic_task), rows(count, due, distinct))
-        policy_fires._memo.cache_clear()
+        policy_timing._memo.cache_clear()
         timers._parse_cached.cache_clear()
         claimer = Claimer(store, "bench", batch_size=500, misfire_grace=3600)
         cold, fired = cycle(store, claimer, due)
@@ -109,11 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=int, help="shrink the timer caches to this size")
     args = parser.parse_args(argv)
     if args.cache:
-        policy_fires._memo = functools.lru_cache(maxsize=args.cache)(policy_fires._memo.__wrapped__)
+        policy_timing._memo = functools.lru_cache(maxsize=args.cache)(
+            policy_timing._memo.__wrapped__
+        )
         timers._parse_cached = functools.lru_cache(maxsize=args.cache)(
             timers._parse_cached.__wrapped__
         )
-    size = policy_fires._memo.cache_info().maxsize
+    size = policy_timing._memo.cache_info().maxsize
     print(f"# {args.due:,} due fires, {args.backend}, timer caches {size:,} entries")
     if args.backend == "postgresql":
         with scratch_database(args.pg_admin, prefix="bench_distinct") as scratch:

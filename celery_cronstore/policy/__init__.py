@@ -8,23 +8,18 @@ the Celery layer sends and runs it.
 
 from __future__ import annotations
 
+from celery_cronstore.policy.backlog import WALK_LIMIT, Backlog, backlog, choose
 from celery_cronstore.policy.fires import (
     BEAT_IN_FLIGHT,
-    WALK_LIMIT,
-    Backlog,
     Entry,
     Plan,
     RowUpdate,
     Running,
-    backlog,
-    choose,
     fire_task_id,
-    interval_after,
     make_claim,
     missed_entry,
     plan,
     plan_past,
-    timer_of,
 )
 from celery_cronstore.policy.health import CLOCK_WARN, CLOCK_WARN_EVERY, beat_health
 from celery_cronstore.policy.messages import (
@@ -48,6 +43,7 @@ from celery_cronstore.policy.start import (
     deadline,
     decide_start,
 )
+from celery_cronstore.policy.timing import interval_after, timer_of
 
 __all__ = [
     "BEAT_IN_FLIGHT",

@@ -1,4 +1,4 @@
-"""What happens to the fires of a due task: task ids, the backlog, misfires, overlap.
+"""What happens to the fires of a due task: task ids, misfires, overlap, deadlines.
 
 Pure: no SQL, no Celery, no clock. :func:`plan` takes the task as the store read it, its
 timer, the database's now and (lazily) whether a previous fire is still running, and
@@ -8,35 +8,29 @@ must publish.
 
 from __future__ import annotations
 
-import functools
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery_cronstore.errors import TimerError
+from celery_cronstore.policy.backlog import backlog, choose
+from celery_cronstore.policy.timing import interval_after
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
-from celery_cronstore.timers import Timer, parse_timer
+from celery_cronstore.timers import Timer
 
 __all__ = [
     "BEAT_IN_FLIGHT",
-    "WALK_LIMIT",
-    "Backlog",
     "Entry",
     "Plan",
     "RowUpdate",
     "Running",
-    "backlog",
-    "choose",
     "fire_task_id",
-    "interval_after",
     "make_claim",
     "missed_entry",
     "plan",
     "plan_past",
-    "timer_of",
 ]
 
 #: Namespace of the deterministic Celery task ids (uuid5 of task identity + fire time).
@@ -53,9 +47,6 @@ PAST_STEPS = tuple(
         {"days": 366},
     )
 )
-#: Grid points of a backlog walked one by one; past that it is searched (O(1) in length).
-WALK_LIMIT = 1000
-_TICK = timedelta(microseconds=1)
 #: Ledger states that make beat's overlap policy ``skip`` hold back a new fire: claimed
 #: (about to be published) or running on a worker.
 BEAT_IN_FLIGHT = ("claimed", "started", "retrying")
@@ -68,57 +59,6 @@ def fire_task_id(periodic_task_id: int, name: str, fire_time: datetime) -> str:
     """Return the Celery task id of one fire: the same for every publish of it."""
     instant = fire_time.astimezone(timezone.utc).isoformat()  # one id per instant
     return str(uuid.uuid5(_NAMESPACE, f"{periodic_task_id}/{name}/{instant}"))
-
-
-def interval_after(timer: Timer | None, when: datetime) -> float | None:
-    """Return the seconds from fire ``when`` to the timer's next one (``None``: no next)."""
-    if timer is None:
-        return None
-    following = timer.next_after(when)
-    return None if following is None else (following - when).total_seconds()
-
-
-def timer_of(task: PeriodicTask) -> Timer:
-    """Return the timer of a stored task (``TimerError``/``ValueError`` if it is bad).
-
-    The one way to get a timer from a row. Its ``next_after`` answers are memoized:
-    many rows share a timer and fall due at the same instant (every ``*/5`` task at :05).
-    """
-    return _memo(task.timer_kind, task.timer, task.tz)
-
-
-#: Distinct timers kept parsed with their answers. Beat meets every stored timer once a
-#: cycle, so the cache must hold them all or an LRU walked in cycles never hits: 10,000
-#: distinct crons thrashed the old 4,096 and cost twice the shared ones. About 4 KB each
-#: (the parsed timer, its croniter, a few answers): 64 MB at the bound.
-TIMER_CACHE = 16_384
-
-
-@functools.lru_cache(maxsize=TIMER_CACHE)
-def _memo(kind: str, expression: str, tz: str) -> Timer:
-    return _Memo(parse_timer(expression, kind=kind, tz=tz))
-
-
-class _Memo(Timer):
-    """A timer whose ``next_after`` answers are memoized (timers are pure)."""
-
-    def __init__(self, timer: Timer) -> None:
-        self.inner = timer
-        self.kind = timer.kind
-        self.tz_name = timer.tz_name
-        self._next = functools.lru_cache(maxsize=256)(timer.next_after)
-
-    def next_after(self, after: datetime) -> datetime | None:
-        return self._next(after)
-
-    def first_fire(self, now: datetime, last_fire: datetime | None = None) -> datetime | None:
-        return self.inner.first_fire(now, last_fire)
-
-    def __str__(self) -> str:
-        return str(self.inner)
-
-    def describe(self) -> str:
-        return self.inner.describe()
 
 
 @dataclass(frozen=True)
@@ -159,93 +99,6 @@ class Plan:
     update: RowUpdate
     entries: list[Entry] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Backlog:
-    """The due grid points of a task: the first, the last few, how many, and the next."""
-
-    first: datetime | None
-    tail: list[datetime]
-    count: int
-    #: The first grid point after now (the task's next plan); ``None``: no further fire.
-    following: datetime | None
-    #: Whether ``count`` is exact (``False``: estimated over a long outage).
-    exact: bool = True
-
-
-def backlog(
-    timer: Timer,
-    first: datetime,
-    now: datetime,
-    *,
-    keep: int,
-    taken: frozenset[datetime] = frozenset(),
-) -> Backlog:
-    """Find the due grid points from ``first`` up to ``now``; keep the last ``keep``.
-
-    Points in ``taken`` (already in the ledger) are passed over, not counted. Up to
-    :data:`WALK_LIMIT` points are walked one by one (from each to the next, never
-    restarting from ``now``, so a wall time that repeats in an autumn fold is planned
-    once); past that, the newest points are found by searching back from ``now`` and the
-    ones in between are counted without walking (exactly for interval timers, estimated
-    from the walked spacing otherwise): the cost does not grow with the outage.
-    """
-    tail: deque[datetime] = deque(maxlen=keep)
-    count = walked = 0
-    start: datetime | None = None
-    point: datetime | None = first
-    while point is not None and point <= now:
-        if walked >= WALK_LIMIT:
-            return _jump(timer, first, point, now, Backlog(start, list(tail), count, None), keep)
-        if point not in taken:
-            start = start or point
-            tail.append(point)
-            count += 1
-        walked += 1
-        point = timer.next_after(point)
-    return Backlog(start, list(tail), count, point)
-
-
-def _jump(
-    timer: Timer, first: datetime, point: datetime, now: datetime, walked: Backlog, keep: int
-) -> Backlog:
-    """Finish a long backlog: ``point`` (due) is the first grid point not walked."""
-    newest = timer.last_at_or_before(now) or point
-    recent: deque[datetime] = deque([newest], maxlen=keep)
-    while len(recent) < keep:
-        previous = timer.last_at_or_before(recent[0] - _TICK)
-        if previous is None or previous < point:
-            break
-        recent.appendleft(previous)
-    middle = timer.count_between(point - _TICK, recent[0] - _TICK, limit=WALK_LIMIT)
-    exact = middle is not None
-    if middle is None:  # spacing of the walked points, extrapolated over the gap
-        spacing = (point - first) / WALK_LIMIT
-        middle = round((recent[0] - point) / spacing)
-    return Backlog(
-        walked.first or point,
-        [*walked.tail, *recent][-keep:],
-        walked.count + middle + len(recent),
-        timer.next_after(newest),
-        exact,
-    )
-
-
-def choose(
-    policy: str, times: list[datetime], now: datetime, grace: timedelta, limit: int
-) -> list[datetime]:
-    """Return the fire times to publish under misfire ``policy`` (``times``: oldest first).
-
-    ``run_all`` sends the last ``limit``; ``run_once`` the newest; ``skip`` the newest
-    only if it is less than ``grace`` late.
-    """
-    if policy == "run_all":
-        return times[-limit:]
-    latest = times[-1]
-    if policy == "skip" and now - latest > grace:
-        return []
-    return [latest]
 
 
 def missed_entry(

@@ -75,7 +75,7 @@ def parse_timer(expression: str, *, kind: str | None = None, tz: str | None = No
 
 
 #: Distinct (expression, kind, zone) triples kept parsed; as large as beat's timer memo
-#: (``policy.fires.TIMER_CACHE``), whose entries wrap these, so one never evicts the other's.
+#: (``policy.timing.TIMER_CACHE``), whose entries wrap these, so one never evicts the other's.
 _PARSE_CACHE = 16_384
 
 
