@@ -7,99 +7,45 @@
 * **Writes** go through the :class:`~celery_cronstore.store.Store` API (the form, the
   actions, delete), never through ``Model.save()``; "run now" claims then publishes, as
   ``celery -A app cronstore run-now`` does.
+
+This module holds the ModelAdmin and its registration; the list's filters are in
+:mod:`.filters`, the counting-free change list in :mod:`.changelist`, the fire history
+(recent fires and the ledger view) in :mod:`.history`, the add/change form in :mod:`.forms`
+and the display helpers in :mod:`.formatting`.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
-from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
-from typing import Any, TypeVar, cast
-from zoneinfo import ZoneInfo
+from collections.abc import Callable
+from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.views.main import PAGE_VAR, ChangeList
-from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
-from django.db import connections
-from django.http import Http404, HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
-from django.urls import path, reverse
-from django.utils.html import format_html, format_html_join
+from django.contrib.admin.views.main import ChangeList
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html_join
 
 from celery_cronstore import actions
 from celery_cronstore.contrib.django import conf
+from celery_cronstore.contrib.django.changelist import SORTS, TaskChangeList
+from celery_cronstore.contrib.django.filters import (
+    EnabledFilter,
+    ErrorFilter,
+    KindFilter,
+    OwnerTypeFilter,
+)
+from celery_cronstore.contrib.django.formatting import action, describe, display, html, local
 from celery_cronstore.contrib.django.forms import PeriodicTaskForm
+from celery_cronstore.contrib.django.history import HISTORY_PAGE, FireHistoryAdmin
 from celery_cronstore.contrib.django.models import PeriodicTask
 from celery_cronstore.errors import CronstoreError
-from celery_cronstore.store.read import MAX_SEARCH, TaskQuery, TaskRow, fire_page, task_page
-from celery_cronstore.timers import KINDS, parse_timer
+from celery_cronstore.store.read import MAX_SEARCH
 
-__all__ = ["PeriodicTaskAdmin", "run_now"]
+__all__ = ["HISTORY_PAGE", "PeriodicTaskAdmin", "run_now"]
 
 #: Next fire times the change page shows.
 UPCOMING = 10
-HISTORY_PAGE = 50
-#: How many distinct owner types the owner filter offers.
-OWNER_TYPES = 50
-#: list_display column -> read-model sort key (each backed by an index).
-SORTS = {"name": "name", "task": "task", "owner": "owner", "next_fire": "next"}
-
-# Distinct owner types by a skip scan of the (owner_type, owner_id) index: one seek per
-# type, instead of SELECT DISTINCT over every row. A constant: nothing is interpolated.
-_OWNER_TYPES_SQL = """
-WITH RECURSIVE t(v) AS (
-    SELECT MIN(owner_type) FROM cronstore_periodic_task
-    UNION ALL
-    SELECT (SELECT MIN(owner_type) FROM cronstore_periodic_task WHERE owner_type > t.v)
-    FROM t WHERE t.v IS NOT NULL
-)
-SELECT v FROM t WHERE v IS NOT NULL LIMIT %s
-"""
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def display(**kwargs: Any) -> Callable[[_F], _F]:
-    """Return ``admin.display(**kwargs)``, typed (Django ships no types)."""
-    return cast(Callable[[_F], _F], admin.display(**kwargs))
-
-
-def action(**kwargs: Any) -> Callable[[_F], _F]:
-    """Return ``admin.action(**kwargs)``, typed (Django ships no types)."""
-    return cast(Callable[[_F], _F], admin.action(**kwargs))
-
-
-def html(template: str, *args: Any) -> str:
-    """Return ``format_html(template, *args)``: every argument escaped, the result safe."""
-    return cast(str, format_html(template, *args))
-
-
-# -- formatting -----------------------------------------------------------------------------
-
-
-def local(instant: datetime | None, tz: str) -> str:
-    """Return ``2026-05-01 14:00:00 CEST``: ``instant`` as the task's zone shows it."""
-    if instant is None:
-        return "-"
-    try:
-        zone: Any = ZoneInfo(tz)
-    except (ValueError, LookupError):  # a zone the row should not have: show UTC
-        zone = timezone.utc
-    moment = instant.astimezone(zone)
-    return f"{moment:%Y-%m-%d %H:%M:%S} {moment.tzname() or tz}"
-
-
-@functools.lru_cache(maxsize=4096)
-def describe(timer: str, kind: str, tz: str) -> str:
-    """Return a timer's description, or why it cannot be read."""
-    try:
-        return parse_timer(timer, kind=kind, tz=tz).describe()
-    except (CronstoreError, ValueError) as exc:
-        return f"invalid: {exc}"
 
 
 # -- run now --------------------------------------------------------------------------------
@@ -117,159 +63,6 @@ def run_now(name: str, *, store: Any = None, app: Any = None) -> str:
     return str(claim.task_id)
 
 
-# -- list filters ---------------------------------------------------------------------------
-
-
-class _Choice(admin.SimpleListFilter):  # type: ignore[misc]  # Django ships no types
-    """A filter whose value is one TaskQuery field; its ORM half serves the actions."""
-
-    options: tuple[tuple[str, str], ...] = ()
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> Iterable[tuple[str, str]]:
-        return self.options
-
-    def query_value(self) -> Any:
-        """Return the value for :class:`TaskQuery` (``None``: not filtered)."""
-        value = self.value()
-        return {"yes": True, "no": False}.get(value) if value is not None else None
-
-
-class EnabledFilter(_Choice):
-    title = "enabled"
-    parameter_name = "enabled"
-    options = (("yes", "Yes"), ("no", "No"))
-
-    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
-        value = self.query_value()
-        return queryset if value is None else queryset.filter(enabled=value)
-
-
-class ErrorFilter(_Choice):
-    title = "in error"
-    parameter_name = "error"
-    options = (("yes", "Yes"), ("no", "No"))
-
-    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
-        value = self.query_value()
-        return queryset if value is None else queryset.filter(error__isnull=not value)
-
-
-class KindFilter(_Choice):
-    title = "timer kind"
-    parameter_name = "kind"
-    options = tuple((kind, kind) for kind in KINDS)
-
-    def query_value(self) -> Any:
-        return self.value() or None
-
-    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
-        value = self.value()
-        return queryset.filter(timer_kind=value) if value else queryset
-
-
-class OwnerTypeFilter(_Choice):
-    title = "owner type"
-    parameter_name = "owner_type"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> Iterable[tuple[str, str]]:
-        with connections[conf.database()].cursor() as cursor:
-            cursor.execute(_OWNER_TYPES_SQL, [OWNER_TYPES])
-            return [(row[0], row[0]) for row in cursor.fetchall()]
-
-    def query_value(self) -> Any:
-        return self.value() or None
-
-    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
-        value = self.value()
-        return queryset.filter(owner_type=value) if value else queryset
-
-
-# -- the list page --------------------------------------------------------------------------
-
-
-class _PageOnly(Paginator):  # type: ignore[misc]  # Django ships no types
-    """A paginator over one fetched page: the count is what is known, never a COUNT(*)."""
-
-    def __init__(self, rows: list[Any], page: int, per_page: int, has_next: bool) -> None:
-        super().__init__(rows, per_page)
-        self.known = (page - 1) * per_page + len(rows) + (1 if has_next else 0)
-
-    @property
-    def count(self) -> int:
-        return self.known
-
-
-def _to_model(row: TaskRow) -> PeriodicTask:
-    task = PeriodicTask(
-        id=row.id,
-        name=row.name,
-        task=row.task,
-        timer_kind=row.timer_kind,
-        timer=row.timer,
-        tz=row.tz,
-        enabled=row.enabled,
-        owner_type=row.owner_type,
-        owner_id=row.owner_id,
-        next_run=row.next_run,
-        last_fire=row.last_fire,
-        error=row.error,
-    )
-    task.last_state = row.last_state
-    return task
-
-
-class TaskChangeList(ChangeList):  # type: ignore[misc]  # Django ships no types
-    """The change list, one page read through :func:`~.read.task_page` (no counting)."""
-
-    has_next = False
-
-    def task_query(self) -> TaskQuery:
-        """Return the read-model query for this request's filters, search, sort and page."""
-        filters = {
-            spec.parameter_name: spec.query_value()
-            for spec in self.filter_specs
-            if isinstance(spec, _Choice)
-        }
-        sort, descending = "name", False
-        for index, direction in self.get_ordering_field_columns().items():
-            column = self.list_display[index] if isinstance(index, int) else None
-            if column in SORTS:
-                sort, descending = SORTS[column], direction == "desc"
-                break
-        return TaskQuery(
-            search=(self.query or "")[:MAX_SEARCH],
-            enabled=filters.get("enabled"),
-            in_error=filters.get("error"),
-            owner_type=filters.get("owner_type"),
-            kind=filters.get("kind"),
-            sort=sort,
-            descending=descending,
-            page=max(1, self.page_num),
-            per_page=self.list_per_page,
-        )
-
-    def get_results(self, request: HttpRequest) -> None:
-        query = self.task_query()
-        with conf.get_store().engine.connect() as conn:
-            page = task_page(conn, query)
-        rows = [_to_model(row) for row in page.rows]
-        self.has_next = page.has_next
-        self.result_list = rows
-        # No COUNT(*): "select all N" is never offered (N would be a guess), and the
-        # pagination template shows previous / next instead of a page count.
-        self.result_count = len(rows)
-        self.full_result_count = None
-        self.show_full_result_count = False
-        self.show_admin_actions = True
-        self.can_show_all = False
-        self.multi_page = page.has_next or query.page > 1
-        self.paginator = _PageOnly(rows, query.page, query.per_page, page.has_next)
-
-    def page_url(self, page: int) -> str:
-        """Return the query string of another page of this list."""
-        return str(self.get_query_string({PAGE_VAR: page}))
-
-
 # -- the admin ------------------------------------------------------------------------------
 
 
@@ -277,7 +70,7 @@ def _outcome(state: str | None) -> str:
     return state or "-"
 
 
-class PeriodicTaskAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django ships no types
+class PeriodicTaskAdmin(FireHistoryAdmin):
     """Periodic tasks: list, filters, search, actions, edit with validation, fire history."""
 
     form = PeriodicTaskForm
@@ -453,29 +246,6 @@ class PeriodicTaskAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django ships
     def error_detail(self, obj: PeriodicTask) -> str:
         return obj.error or "-"
 
-    @display(description="recent fires")
-    def recent_fires(self, obj: PeriodicTask) -> str:
-        with conf.get_store().engine.connect() as conn:
-            page = fire_page(conn, obj.pk, per_page=10)
-        url = reverse("admin:cronstore_periodictask_fires", args=[obj.pk])
-        if not page.rows:
-            return "no fires yet"
-        rows = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            (
-                (local(f.fire_time, obj.tz), f.state, f.node or f.claimed_by or "-", f.reason or "")
-                for f in page.rows
-            ),
-        )
-        return html(
-            "<table><thead><tr><th>fire time</th><th>state</th><th>node</th><th>reason</th>"
-            "</tr></thead><tbody>{}</tbody></table><p><a href='{}'>All fires, newest first</a>"
-            "</p>",
-            rows,
-            url,
-        )
-
     # -- writes: through the Store --------------------------------------------------------
 
     def changeform_view(
@@ -552,54 +322,6 @@ class PeriodicTaskAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django ships
             return
         store = conf.get_store()
         self._each(request, queryset, lambda name: run_now(name, store=store, app=app), "Sent")
-
-    # -- the fire history ---------------------------------------------------------------
-
-    def get_urls(self) -> list[Any]:
-        fires = path(
-            "<path:object_id>/fires/",
-            self.admin_site.admin_view(self.fires_view),
-            name="cronstore_periodictask_fires",
-        )
-        return [fires, *super().get_urls()]
-
-    def fires_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """Show a task's ledger, newest fire first, one page at a time (read-only)."""
-        obj = self.get_object(request, object_id)
-        if obj is None:
-            raise Http404(f"no periodic task with id {object_id!r}")
-        if not self.has_view_or_change_permission(request, obj):
-            raise PermissionDenied
-        try:
-            number = max(1, int(request.GET.get("p", "1")))
-        except ValueError:
-            number = 1
-        with conf.get_store().engine.connect() as conn:
-            page = fire_page(conn, obj.pk, page=number, per_page=HISTORY_PAGE)
-        rows = [
-            {
-                "fire": f,
-                "fire_time": local(f.fire_time, obj.tz),
-                "fire_until": local(f.fire_until, obj.tz) if f.fire_until else "",
-                "published": local(f.published_at, obj.tz),
-                "started": local(f.started_at, obj.tz),
-                "finished": local(f.finished_at, obj.tz),
-                "lateness": "-" if f.lateness is None else f"{f.lateness:.3f} s",
-            }
-            for f in page.rows
-        ]
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"Fires of {obj.name}",
-            "subtitle": None,
-            "opts": self.opts,
-            "original": obj,
-            "page": page,
-            "rows": rows,
-            "zone": obj.tz,
-            "has_view_permission": True,
-        }
-        return TemplateResponse(request, "admin/cronstore/periodictask/fires.html", context)
 
 
 admin.site.register(PeriodicTask, PeriodicTaskAdmin)
