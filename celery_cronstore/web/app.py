@@ -3,6 +3,7 @@
 Reads go through :mod:`celery_cronstore.store.read` (bounded, indexed queries); every
 write goes through the :class:`~celery_cronstore.store.Store` API (or the claimer for
 "run now", as ``cronstore run-now`` does), so validation and planning live in one place.
+The write pages are in :mod:`.writes`, login and logout in :mod:`.login`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
@@ -25,7 +26,7 @@ from werkzeug.wrappers import Request, Response
 from celery_cronstore import actions
 from celery_cronstore.errors import CronstoreError, TaskNotFoundError, TimerError
 from celery_cronstore.secrets import scrub
-from celery_cronstore.store import PeriodicTask, Store
+from celery_cronstore.store import Store
 from celery_cronstore.store.read import (
     SORTS,
     fire_page,
@@ -34,7 +35,7 @@ from celery_cronstore.store.read import (
     task_page,
 )
 from celery_cronstore.timers import KINDS
-from celery_cronstore.web import forms
+from celery_cronstore.web import forms, login, writes
 from celery_cronstore.web.auth import SESSION_COOKIE, Credentials, Identity, Signer, from_header
 from celery_cronstore.web.render import (
     describe_timer,
@@ -46,7 +47,7 @@ from celery_cronstore.web.render import (
     states_in,
 )
 
-__all__ = ["CSP", "WebApp"]
+__all__ = ["CSP", "Ctx", "WebApp"]
 
 #: No inline script or style anywhere; scripts, styles and fetches from this origin only.
 CSP = (
@@ -63,11 +64,10 @@ DONE = {
     "added": "Added.",
     "removed": "Removed.",
 }
-_ACTIONS = ("enable", "disable", "run", "remove")
 
 
 @dataclass
-class _Ctx:
+class Ctx:
     """One request: who sent it, the URL builder and the store's now."""
 
     request: Request
@@ -150,8 +150,8 @@ class WebApp:
             if refused is not None:
                 return self.plain(403, refused)
         try:
-            ctx = _Ctx(request, urls, identity, self.store.now())
-            handler: Callable[[_Ctx], Response] = getattr(self, f"page_{endpoint}")
+            ctx = Ctx(request, urls, identity, self.store.now())
+            handler: Callable[[Ctx], Response] = getattr(self, f"page_{endpoint}")
             return handler(ctx)
         except TaskNotFoundError as exc:
             return self.plain(404, self.scrub(str(exc)))
@@ -188,7 +188,7 @@ class WebApp:
 
     # -- responses --------------------------------------------------------------------------
 
-    def render(self, ctx: _Ctx, template: str, status: int = 200, **values: Any) -> Response:
+    def render(self, ctx: Ctx, template: str, status: int = 200, **values: Any) -> Response:
         identity = ctx.identity
         html = self.env.get_template(template).render(
             url=lambda endpoint, **args: ctx.urls.build(endpoint, args),
@@ -219,12 +219,12 @@ class WebApp:
         response.headers["Cache-Control"] = "public, max-age=300"
         return response
 
-    def back_to_task(self, ctx: _Ctx, name: str, done: str) -> Response:
+    def back_to_task(self, ctx: Ctx, name: str, done: str) -> Response:
         return redirect(ctx.urls.build("task", {"name": name, "done": done}), 303)
 
     # -- pages ------------------------------------------------------------------------------
 
-    def page_tasks(self, ctx: _Ctx) -> Response:
+    def page_tasks(self, ctx: Ctx) -> Response:
         args = ctx.request.args
         try:
             query = forms.task_query(args)
@@ -236,7 +236,7 @@ class WebApp:
             ctx, "tasks.html", page=page, query=query, sorts=SORTS, kinds=KINDS, args=args
         )
 
-    def page_task(self, ctx: _Ctx, status: int = 200, **extra: Any) -> Response:
+    def page_task(self, ctx: Ctx, status: int = 200, **extra: Any) -> Response:
         name = ctx.request.args.get("name") or ctx.request.form.get("name", "")
         record = self.store.get(name)
         try:
@@ -265,19 +265,19 @@ class WebApp:
             **extra,
         )
 
-    def page_problems(self, ctx: _Ctx) -> Response:
+    def page_problems(self, ctx: Ctx) -> Response:
         with self.store.engine.connect() as conn:
             found = problems(conn, ctx.now)
         return self.render(ctx, "problems.html", problems=found)
 
-    def page_preview(self, ctx: _Ctx) -> Response:
+    def page_preview(self, ctx: Ctx) -> Response:
         args = ctx.request.args
         result = forms.preview(
             args.get("timer", ""), args.get("kind") or None, args.get("tz") or None, ctx.now
         )
         return Response(json.dumps(result), content_type="application/json")
 
-    def page_metrics(self, ctx: _Ctx) -> Response:
+    def page_metrics(self, ctx: Ctx) -> Response:
         if not self.metrics:
             return self.plain(404, "metrics are off")
         from celery_cronstore.web.metrics import exposition
@@ -285,132 +285,28 @@ class WebApp:
         body, content_type = exposition(self.store, ctx.now)
         return Response(body, content_type=content_type)
 
-    def page_login(self, ctx: _Ctx) -> Response:
-        target = _safe_next(ctx.request.values.get("next", ""), ctx.urls.build("tasks"))
-        if not self.credentials.configured:
-            return self.render(
-                ctx, "login.html", error="no credentials are configured", target=target
-            )
-        if ctx.request.method == "GET":
-            return self.render(ctx, "login.html", error=None, target=target)
-        form = ctx.request.form
-        name = None
-        if form.get("token") and self.credentials.check_token(form["token"]):
-            name = "token"
-        elif form.get("user") and self.credentials.check_user(
-            form["user"], form.get("password", "")
-        ):
-            name = form["user"]
-        if name is None:
-            return self.render(
-                ctx, "login.html", 403, error="wrong token or password", target=target
-            )
-        response = redirect(target, 303)
-        response.set_cookie(
-            SESSION_COOKIE,
-            self.signer.session(name),
-            httponly=True,
-            samesite="Strict",
-            secure=ctx.request.scheme == "https",
-            path=ctx.request.script_root or "/",
-        )
-        return response
+    def page_login(self, ctx: Ctx) -> Response:
+        return login.login(self, ctx)
 
-    def page_logout(self, ctx: _Ctx) -> Response:
-        response = redirect(ctx.urls.build("login"), 303)
-        response.delete_cookie(SESSION_COOKIE, path=ctx.request.script_root or "/")
-        return response
+    def page_logout(self, ctx: Ctx) -> Response:
+        return login.logout(self, ctx)
 
-    # -- writes -----------------------------------------------------------------------------
+    # -- writes (celery_cronstore.web.writes) -----------------------------------------------
 
-    def page_action(self, ctx: _Ctx) -> Response:
-        form = ctx.request.form
-        name, action = form.get("name", ""), form.get("action", "")
-        if action not in _ACTIONS:
-            return self.plain(400, f"unknown action; expected one of {', '.join(_ACTIONS)}")
-        try:
-            if action == "enable":
-                self.store.enable(name)
-            elif action == "disable":
-                self.store.disable(name)
-            elif action == "remove":
-                self.store.remove(name)
-                return redirect(ctx.urls.build("tasks", {"done": "removed"}), 303)
-            else:
-                self.run_now(name)
-        except TaskNotFoundError:
-            raise
-        except (CronstoreError, ValueError) as exc:
-            return self.page_task(ctx, 409, action_error=self.scrub(str(exc)))
-        return self.back_to_task(
-            ctx, name, {"enable": "enabled", "disable": "disabled"}.get(action, action)
-        )
+    def page_action(self, ctx: Ctx) -> Response:
+        return writes.action(self, ctx)
+
+    def page_edit(self, ctx: Ctx) -> Response:
+        return writes.edit(self, ctx)
+
+    def page_new(self, ctx: Ctx) -> Response:
+        return writes.new(self, ctx)
 
     def run_now(self, name: str) -> None:
         """Claim and publish one extra fire of ``name`` (as ``cronstore run-now`` does)."""
         if self.celery_app is None:
             raise CronstoreError("run now needs the Celery app: create_app(store, celery_app=app)")
         actions.run_now(self.celery_app, self.store, name, node=self.node)
-
-    def page_edit(self, ctx: _Ctx) -> Response:
-        name = ctx.request.values.get("name", "")
-        record = self.store.get(name)
-        if ctx.request.method == "GET":
-            return self.edit_form(ctx, record, forms.values_of(record), {})
-        values = forms.submitted(ctx.request.form)
-        changes, errors = forms.changes(values)
-        if not errors and str(record.version) != values["version"]:
-            errors["_form"] = (
-                "someone changed this task since you opened the form; review the current "
-                "definition below and save again"
-            )
-            values = {**forms.values_of(record)}
-        if errors or ctx.request.form.get("submit") == "preview":
-            return self.edit_form(ctx, record, values, errors, status=400 if errors else 200)
-        try:
-            self.store.update(name, **changes)
-        except (CronstoreError, ValueError) as exc:
-            return self.edit_form(ctx, record, values, forms.store_error(exc), status=400)
-        return self.back_to_task(ctx, name, "saved")
-
-    def page_new(self, ctx: _Ctx) -> Response:
-        if ctx.request.method == "GET":
-            return self.edit_form(ctx, None, forms.blank(), {})
-        values = forms.submitted(ctx.request.form)
-        changes, errors = forms.changes(values)
-        name = values["name"]
-        if not name.strip():
-            errors["name"] = "a name is required"
-        if errors or ctx.request.form.get("submit") == "preview":
-            return self.edit_form(ctx, None, values, errors, status=400 if errors else 200)
-        try:
-            self.store.add(name, enabled=values.get("enabled") == "on", **changes)
-        except (CronstoreError, ValueError) as exc:
-            return self.edit_form(ctx, None, values, forms.store_error(exc), status=400)
-        return self.back_to_task(ctx, name, "added")
-
-    def edit_form(
-        self,
-        ctx: _Ctx,
-        record: PeriodicTask | None,
-        values: Mapping[str, str],
-        errors: Mapping[str, str],
-        status: int = 200,
-    ) -> Response:
-        preview = forms.preview(
-            values["timer"], values["kind"] or None, values["tz"] or None, ctx.now
-        )
-        return self.render(
-            ctx,
-            "edit.html",
-            status,
-            task=record,
-            values=values,
-            errors={k: self.scrub(v) for k, v in errors.items()},
-            preview=preview,
-            kinds=KINDS,
-            policies=forms.POLICIES,
-        )
 
 
 def _harden(response: Response, request: Request) -> None:
@@ -426,10 +322,3 @@ def _harden(response: Response, request: Request) -> None:
 def _local_path(request: Request) -> str:
     query = request.query_string.decode("latin-1")
     return request.script_root + request.path + (f"?{query}" if query else "")
-
-
-def _safe_next(target: str, default: str) -> str:
-    """Return ``target`` if it is a path on this site (no open redirect), else ``default``."""
-    if target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return default

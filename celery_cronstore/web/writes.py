@@ -1,0 +1,113 @@
+"""The dashboard's write pages: the task actions, the edit form and the add form.
+
+Every write goes through the :class:`~celery_cronstore.store.Store` API (or the claimer
+for "run now"), so validation and planning live in one place. :class:`~.app.WebApp` has
+already refused a write without a login, a CSRF token or a same-origin request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from werkzeug.utils import redirect
+from werkzeug.wrappers import Response
+
+from celery_cronstore.errors import CronstoreError, TaskNotFoundError
+from celery_cronstore.store import PeriodicTask
+from celery_cronstore.timers import KINDS
+from celery_cronstore.web import forms
+
+if TYPE_CHECKING:
+    from celery_cronstore.web.app import Ctx, WebApp
+
+__all__ = ["ACTIONS", "action", "edit", "edit_form", "new"]
+
+ACTIONS = ("enable", "disable", "run", "remove")
+
+
+def action(app: WebApp, ctx: Ctx) -> Response:
+    """Enable, disable, run now or remove the task named in the form."""
+    form = ctx.request.form
+    name, act = form.get("name", ""), form.get("action", "")
+    if act not in ACTIONS:
+        return app.plain(400, f"unknown action; expected one of {', '.join(ACTIONS)}")
+    try:
+        if act == "enable":
+            app.store.enable(name)
+        elif act == "disable":
+            app.store.disable(name)
+        elif act == "remove":
+            app.store.remove(name)
+            return redirect(ctx.urls.build("tasks", {"done": "removed"}), 303)
+        else:
+            app.run_now(name)
+    except TaskNotFoundError:
+        raise
+    except (CronstoreError, ValueError) as exc:
+        return app.page_task(ctx, 409, action_error=app.scrub(str(exc)))
+    return app.back_to_task(ctx, name, {"enable": "enabled", "disable": "disabled"}.get(act, act))
+
+
+def edit(app: WebApp, ctx: Ctx) -> Response:
+    """Show the edit form (GET), or preview or save it (POST)."""
+    name = ctx.request.values.get("name", "")
+    record = app.store.get(name)
+    if ctx.request.method == "GET":
+        return edit_form(app, ctx, record, forms.values_of(record), {})
+    values = forms.submitted(ctx.request.form)
+    changes, errors = forms.changes(values)
+    if not errors and str(record.version) != values["version"]:
+        errors["_form"] = (
+            "someone changed this task since you opened the form; review the current "
+            "definition below and save again"
+        )
+        values = {**forms.values_of(record)}
+    if errors or ctx.request.form.get("submit") == "preview":
+        return edit_form(app, ctx, record, values, errors, status=400 if errors else 200)
+    try:
+        app.store.update(name, **changes)
+    except (CronstoreError, ValueError) as exc:
+        return edit_form(app, ctx, record, values, forms.store_error(exc), status=400)
+    return app.back_to_task(ctx, name, "saved")
+
+
+def new(app: WebApp, ctx: Ctx) -> Response:
+    """Show the add form (GET), or preview or add the task (POST)."""
+    if ctx.request.method == "GET":
+        return edit_form(app, ctx, None, forms.blank(), {})
+    values = forms.submitted(ctx.request.form)
+    changes, errors = forms.changes(values)
+    name = values["name"]
+    if not name.strip():
+        errors["name"] = "a name is required"
+    if errors or ctx.request.form.get("submit") == "preview":
+        return edit_form(app, ctx, None, values, errors, status=400 if errors else 200)
+    try:
+        app.store.add(name, enabled=values.get("enabled") == "on", **changes)
+    except (CronstoreError, ValueError) as exc:
+        return edit_form(app, ctx, None, values, forms.store_error(exc), status=400)
+    return app.back_to_task(ctx, name, "added")
+
+
+def edit_form(
+    app: WebApp,
+    ctx: Ctx,
+    record: PeriodicTask | None,
+    values: Mapping[str, str],
+    errors: Mapping[str, str],
+    status: int = 200,
+) -> Response:
+    """Render the add/edit form with ``values``, ``errors`` and the timer's preview."""
+    preview = forms.preview(values["timer"], values["kind"] or None, values["tz"] or None, ctx.now)
+    return app.render(
+        ctx,
+        "edit.html",
+        status,
+        task=record,
+        values=values,
+        errors={k: app.scrub(v) for k, v in errors.items()},
+        preview=preview,
+        kinds=KINDS,
+        policies=forms.POLICIES,
+    )
