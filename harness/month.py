@@ -408,7 +408,7 @@ class World:
         elif kind == "beat_up":
             self.start_beat(arg, catch_up=True)
         elif kind == "replica":
-            if "beat-b" not in self.beats:
+            if "beat-b" not in self.beats or not self.beats["beat-b"].alive:
                 self.start_beat("beat-b")
                 self.report.faults["second beat"] += 1
                 self.later(arg, "fault", ("replica_down", None))
