@@ -122,6 +122,16 @@ class Config:
             " entries use, so ``0 9 * * *`` means the same time either way."
         },
     )
+    watch_plain_tasks: bool = field(
+        default=True,
+        metadata={
+            "help": "Watch the start of plain (non-CronTask) fires too: workers record it when"
+            " their app sets ``cronstore_url``. One not started ``cronstore_start_timeout``"
+            " after its publish is published again if its task acknowledges late"
+            " (``acks_late``: it may run twice), else recorded ``lost``. ``False`` when"
+            " workers cannot reach the store (their fires would all look lost)."
+        },
+    )
     abandon_after: float = field(
         default=120.0,
         metadata={

@@ -43,6 +43,7 @@ FIRE_STATES = (
     "missed",  # not published: beat was not running or fell behind (misfire policy)
     "expired",  # not published: past its starting deadline
     "abandoned",  # started, but its worker went silent (died, lost the database)
+    "lost",  # published, never started, not sent again (its message was lost)
 )
 
 

@@ -328,10 +328,16 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         )
 
     def _watched(self, claim: Claim) -> bool:
-        """Whether the ledger will see this fire start (a CronTask records its start)."""
-        from celery_cronstore.task import CronTask
+        """Whether the ledger will see this fire start (CronTask; plain tasks' workers)."""
+        task = self.app.tasks.get(claim.task)
+        if task is None:  # sent by name: this app does not know who runs it
+            return False
+        return getattr(task, "cronstore_guarded", False) or self.config.watch_plain_tasks
 
-        return isinstance(self.app.tasks.get(claim.task), CronTask)
+    def _redeliverable(self, name: str) -> bool:
+        """Whether a fire of task ``name`` that never started may be published again."""
+        task = self.app.tasks.get(name)
+        return bool(getattr(task, "cronstore_guarded", False) or getattr(task, "acks_late", False))
 
     def _send(self, claim: Claim, producer: Any, dispatcher: Dispatcher | None = None) -> None:
         if dispatcher is None:

@@ -46,6 +46,9 @@ class Upkeep:
     def _scrub(self, exc: BaseException) -> str:
         raise NotImplementedError
 
+    def _redeliverable(self, name: str) -> bool:
+        raise NotImplementedError
+
     def _housekeeping(self, claimer: Claimer) -> bool:
         """Heartbeat, hand back lost deliveries, take over lapsed leases (every few s)."""
         assert self._started_at is not None
@@ -58,10 +61,10 @@ class Upkeep:
                 "beat: %d started fire(s) recorded abandoned: their worker stopped reporting",
                 abandoned,
             )
-        unstarted = claimer.redeliver_unstarted() if chores.unstarted else 0
+        unstarted = claimer.redeliver_unstarted(self._redeliverable) if chores.unstarted else 0
         if unstarted:
             logger.warning(
-                "beat: %d CronTask fire(s) not started %gs after publishing; "
+                "beat: %d fire(s) not started %gs after publishing; "
                 "publishing again under the same task id",
                 unstarted,
                 self.config.start_timeout,

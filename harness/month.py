@@ -555,7 +555,9 @@ class BeatSim:
         self.next_housekeeping = w.clock() + timedelta(seconds=w.s.housekeeping)
         self.claimer.heartbeat(self.started_at)
         w.report.abandoned_by_beat += self.claimer.abandon_silent()
-        w.report.redelivered += self.claimer.redeliver_unstarted()
+        # As beat does: a CronTask's lost message is sent again (its guard starts one copy);
+        # a plain task's is recorded lost (sending it again could run it twice).
+        w.report.redelivered += self.claimer.redeliver_unstarted(lambda t: t == "soak.guarded")
         reclaimed = self.claimer.reclaim_expired()
         w.report.reclaimed += len(reclaimed)
         try:
@@ -585,7 +587,8 @@ class BeatSim:
             w.later(delay, "deliver", msg)
         w.report.published += len(claims)
         self.pending = []
-        self.claimer.mark_published(claims, lambda c: w.specs[c.periodic_task_id].guarded)
+        # Every fire's start is watched: workers record plain starts too.
+        self.claimer.mark_published(claims, lambda c: True)
         return True
 
 

@@ -42,6 +42,7 @@ from celery_cronstore.policy.start import (
     StartSnapshot,
     deadline,
     decide_start,
+    lost_reason,
 )
 from celery_cronstore.policy.timing import interval_after, timer_of
 
@@ -74,6 +75,7 @@ __all__ = [
     "decide_start",
     "fire_task_id",
     "interval_after",
+    "lost_reason",
     "make_claim",
     "message_options",
     "missed_entry",

@@ -34,6 +34,7 @@ __all__ = [
     "StartSnapshot",
     "deadline",
     "decide_start",
+    "lost_reason",
 ]
 
 #: Ledger states of a fire that was claimed or published but has not started.
@@ -91,6 +92,18 @@ class StartDecision:
     def recorded(self) -> bool:
         """Whether the refusal belongs in the fire's ledger row."""
         return self.outcome in RECORDED
+
+
+def lost_reason(publishes: int, start_timeout: float) -> str:
+    """Why a published fire that never started is recorded ``lost``."""
+    return (
+        f"never started {start_timeout:g}s after its publish (published {publishes} time(s)): "
+        "its message was lost (a broker restart, a dropped connection), and sending it "
+        "again could run it twice (the task is not a CronTask and does not acknowledge late)"
+        if publishes <= 1
+        else f"never started {start_timeout:g}s after each of {publishes} publishes: its "
+        "messages were lost"
+    )
 
 
 def deadline(start: datetime, interval: float | None) -> datetime | None:

@@ -60,21 +60,16 @@ class LeaseKeeper:
     ) -> int:
         """Mark claims as published, fenced on this node and each claim's attempt.
 
-        A claim ``watched`` says yes to (beat: a CronTask, whose start the ledger records)
+        A claim ``watched`` says yes to (beat: a fire whose start the ledger will record)
         gets a *start lease*: if it has not started ``start_timeout`` seconds from now,
         :meth:`redeliver_unstarted` hands it back for another publish (at most
-        ``max_redeliveries`` times).
+        ``max_redeliveries`` times) or records it ``lost``.
         """
         if not claims:
             return 0
         groups: dict[tuple[int, bool], list[str]] = {}
         for claim in claims:
-            watch = (
-                watched is not None
-                and self.start_timeout is not None
-                and claim.attempt <= self.max_redeliveries
-                and watched(claim)
-            )
+            watch = watched is not None and self.start_timeout is not None and watched(claim)
             groups.setdefault((claim.attempt, watch), []).append(claim.task_id)
         marked = 0
         with self.db.begin() as conn:
@@ -183,23 +178,52 @@ class LeaseKeeper:
             )
             return max(result.rowcount, 0)
 
-    def redeliver_unstarted(self) -> int:
+    def redeliver_unstarted(self, redeliverable: Callable[[str], bool] | None = None) -> int:
         """Hand back published fires whose start lease ran out without a start.
 
         A message can be lost after the broker took it (Redis: popped by a worker whose
-        connection dropped before the message arrived). Such a fire is put back in state
-        ``claimed`` with an expired lease, so :meth:`reclaim_expired` publishes it again
-        under the same task id; if the first message does turn up, the CronTask guard
-        starts only one of them. Return how many fires were handed back.
+        connection dropped before the message arrived; a broker restart). A fire whose task
+        ``redeliverable`` says yes to (beat: a CronTask, whose guard starts one copy at
+        most, or a task that acknowledges late) is put back in state ``claimed`` with an
+        expired lease, so :meth:`reclaim_expired` publishes it again under the same task
+        id, up to ``max_redeliveries`` times. Any other is recorded ``lost`` with the
+        reason: sending it again could run it twice. Return how many were handed back.
         """
         with self.db.begin() as conn:
             now = self.db.now(conn)
-            result = conn.execute(
-                sa.update(fire)
+            query = (
+                sa.select(_F.id, _F.attempts, _PT.task)
+                .join_from(fire, periodic_task, _F.periodic_task_id == _PT.id)
                 .where(unstarted(now))
-                .values(state="claimed", lease_until=now - timedelta(microseconds=1))
+                .limit(self.batch_size)
             )
-            return max(result.rowcount, 0)
+            again: list[int] = []
+            lost: dict[int, list[int]] = {}
+            for row in conn.execute(query):
+                if row.attempts <= self.max_redeliveries and (
+                    redeliverable is None or redeliverable(row.task)
+                ):
+                    again.append(row.id)
+                else:
+                    lost.setdefault(row.attempts, []).append(row.id)
+            for start in range(0, len(again), _IN_CHUNK):
+                conn.execute(
+                    sa.update(fire)
+                    .where(_F.id.in_(again[start : start + _IN_CHUNK]), unstarted(now))
+                    .values(state="claimed", lease_until=now - timedelta(microseconds=1))
+                )
+            for attempts, ids in lost.items():
+                conn.execute(
+                    sa.update(fire)
+                    .where(_F.id.in_(ids), unstarted(now))
+                    .values(
+                        state="lost",
+                        lease_until=None,
+                        finished_at=now,
+                        reason=policy.lost_reason(attempts, self.start_timeout or 0),
+                    )
+                )
+            return len(again)
 
     def reclaim_expired(self) -> list[Claim]:
         """Take over claims whose lease ran out unpublished; return them to publish again."""

@@ -335,8 +335,33 @@ def test_a_watched_fire_not_started_in_time_is_published_again_under_its_id(
     assert [c.attempt for c in third] == [3]
     claimer.mark_published(third, lambda c: True)
     clock.set(at(200))
-    assert claimer.redeliver_unstarted() == 0  # attempt 3 > max_redeliveries: no lease
-    assert [f.state for f in store.history("plain")] == ["published"]
+    # attempt 3 > max_redeliveries: recorded lost, with the reason, not published again.
+    assert claimer.redeliver_unstarted() == 0
+    (watched,) = store.history("watched")
+    assert watched.state == "lost"
+    assert watched.reason == "never started 30s after each of 3 publishes: its messages were lost"
+    assert [f.state for f in store.history("plain")] == ["published"]  # unwatched
+
+
+def test_a_plain_fire_whose_message_was_lost_is_recorded_lost_not_sent_twice(
+    store: Store, clock: FrozenClock
+) -> None:
+    """Regression: a broker restart with plain fires queued left them "published" for
+    ever (12 in the issue's run; 340 in a month of the accelerated soak). A plain task that
+    acknowledges late may run twice: it is published again; any other is recorded lost."""
+    store.add("plain", task="t.plain", timer="*:*:0/10")
+    store.add("late-ack", task="t.late", timer="*:*:0/10")
+    clock.set(at(10))
+    claimer = Claimer(store, "b1", lease=5, start_timeout=30)
+    claims = claimer.claim_due().claims
+    assert claimer.mark_published(claims, lambda c: True) == 2
+    clock.set(at(41))
+    assert claimer.redeliver_unstarted(lambda task: task == "t.late") == 1
+    assert [c.name for c in claimer.reclaim_expired()] == ["late-ack"]
+    (plain,) = store.history("plain")
+    assert plain.state == "lost"
+    assert plain.reason is not None
+    assert plain.reason.startswith("never started 30s after its publish (published 1 time(s))")
 
 
 def test_no_redelivery_once_the_fire_started(store: Store, clock: FrozenClock) -> None:
