@@ -86,7 +86,9 @@ def test_beat_fires_across_the_changes_that_used_to_kill_timers(tmp_path: Path) 
         fires = {f.fire_time: f.state for f in store.history(name)}
         following = timer.next_after(fire)
         log = "\n".join(p.read_text(errors="replace") for p in logs.glob("*.log"))
-        if fires.get(fire) not in ("claimed", "published"):
+        # No worker runs here: a published fire not started within the start timeout
+        # (5 faked minutes) is recorded lost by beat's start watchdog; it was sent.
+        if fires.get(fire) not in ("claimed", "published", "lost"):
             problems.append(f"{name}: fire {fire} not sent (ledger {fires}); beat log:\n{log}")
         elif task.error is not None or task.next_run != following:
             problems.append(
