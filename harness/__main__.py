@@ -3,6 +3,7 @@
 Examples::
 
     .venv/bin/python -m harness --scenario all --seconds 600
+    .venv/bin/python -m harness --scenario soak --seconds 600   # one per backend, every fault
     .venv/bin/python -m harness --scenario kill9,db-outage --seconds 60 --keep
 """
 
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 from harness.oracle import Result
-from harness.scenarios import SCENARIOS, Settings, run
+from harness.scenarios import SCENARIOS, SOAK, Settings, run
 
 
 def table(results: list[Result]) -> str:
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scenario",
         default="all",
-        help=f"comma-separated names or 'all' ({', '.join(SCENARIOS)})",
+        help=f"comma-separated names, 'soak' ({', '.join(SOAK)}) or 'all' ({', '.join(SCENARIOS)})",
     )
     parser.add_argument("--seconds", type=float, default=60.0, help="fault window per scenario")
     parser.add_argument("--lease", type=float, default=4.0, help="beat lease (seconds)")
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep each scenario's database")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
-    names = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
+    groups = {"all": list(SCENARIOS), "soak": list(SOAK)}
+    names = groups.get(args.scenario) or args.scenario.split(",")
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")

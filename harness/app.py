@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
@@ -38,6 +38,14 @@ if _offset and "faketime" not in os.environ.get("LD_PRELOAD", ""):
 
 faults.install_from_env()
 
+_STORE = os.environ.get("HARNESS_STORE", "sqlite:///harness.sqlite")
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    """Fail fast on a cut network link; SQLite (a file) waits for the write lock instead."""
+    return {"timeout": 30} if url.startswith("sqlite") else {"connect_timeout": 3}
+
+
 app = Celery("harness")
 app.conf.update(
     broker_url=os.environ.get("HARNESS_BROKER", "memory://"),
@@ -50,12 +58,12 @@ app.conf.update(
     task_default_queue=os.environ.get("HARNESS_QUEUE", "harness"),
     worker_prefetch_multiplier=4,
     worker_hijack_root_logger=True,
-    cronstore_url=os.environ.get("HARNESS_STORE", "sqlite:///harness.sqlite"),
+    cronstore_url=_STORE,
     cronstore_poll_interval=float(os.environ.get("HARNESS_POLL", "0.5")),
     cronstore_lease=float(os.environ.get("HARNESS_LEASE", "4")),
     # A published fire not started in 6 s is published again (the guard starts one).
     cronstore_start_timeout=float(os.environ.get("HARNESS_START_TIMEOUT", "6")),
-    cronstore_engine_options={"connect_args": {"connect_timeout": 3}},
+    cronstore_engine_options={"connect_args": _connect_args(_STORE)},
     # 1-second timers: the early-drop rule must not drop an on-time run that follows a
     # late one by less than a second.
     cronstore_tolerance=1.0,
@@ -83,13 +91,15 @@ def _recorder() -> sa.Engine:
         _engine = sa.create_engine(
             os.environ["HARNESS_RECORD_URL"],
             pool_pre_ping=True,
-            connect_args={"connect_timeout": 3},
+            connect_args=_connect_args(os.environ["HARNESS_RECORD_URL"]),
         )
     return _engine
 
 
 def _db_now(engine: sa.Engine) -> Any:
     clock = now_expression(engine.dialect.name)
+    if clock is None:  # SQLite: the host is the database's clock
+        return datetime.now(timezone.utc)
     if engine.dialect.name == "postgresql":
         return sa.func.timezone("UTC", clock)  # naive UTC, whatever the session zone
     return clock

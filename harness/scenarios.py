@@ -7,6 +7,8 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +24,7 @@ from harness.chaos import Chaos
 from harness.cluster import FAKETIME, Cluster, Proxy
 from harness.scratch import Scratch, scratch_database
 
-__all__ = ["SCENARIOS", "TIMERS", "Scenario", "Services", "run"]
+__all__ = ["SCENARIOS", "SOAK", "TIMERS", "Scenario", "Services", "run"]
 
 #: Every timer of every scenario: 1-second calendar and cron timers, intervals,
 #: irregular ones, DST zones, a run_all policy, a starting deadline, overlap skip.
@@ -58,7 +60,7 @@ class Scenario:
 
     name: str
     description: str
-    db: str = "postgres"  # postgres | mysql
+    db: str = "postgres"  # postgres | mysql | sqlite
     broker: str = "redis"  # redis | rabbitmq
     chaos: tuple[str, ...] = ()
     beat_faults: tuple[str, ...] = ("", "", "")
@@ -93,8 +95,34 @@ SCENARIOS: dict[str, Scenario] = {
             chaos=("kill9", "db_kill", "db_outage"),
             beat_faults=TICK_FAULTS,
         ),
+        Scenario(
+            "sqlite",
+            "SQLite file store: fault points, kill -9, SIGSTOP, Redis link cut",
+            db="sqlite",
+            chaos=("kill9", "sigstop", "broker_outage"),
+            beat_faults=TICK_FAULTS,
+        ),
+        Scenario(
+            "postgres-all",
+            "PostgreSQL store: every fault at once (fault points, kill -9, SIGSTOP,"
+            " connections killed, database and Redis links cut)",
+            chaos=("kill9", "sigstop", "db_kill", "db_outage", "broker_outage"),
+            beat_faults=TICK_FAULTS,
+        ),
     )
 }
+#: The soak the reliability docs quote: one scenario per backend, each with every fault
+#: that backend can have (``--scenario soak --seconds 600``).
+SOAK = ("postgres-all", "mariadb", "sqlite")
+#: Faults that need a database server (a SQLite file has no link or connections to cut).
+SERVER_FAULTS = frozenset({"db_kill", "db_outage"})
+
+for _s in SCENARIOS.values():
+    if _s.db == "sqlite" and SERVER_FAULTS & set(_s.chaos):
+        raise ValueError(f"scenario {_s.name}: {sorted(SERVER_FAULTS)} need a database server")
+
+
+DB_PORTS = {"postgres": 5432, "mysql": 3306}
 
 
 @dataclass(frozen=True)
@@ -155,12 +183,32 @@ def _skew_env(offset: float) -> dict[str, str]:
 def run(scenario: Scenario, settings: Settings, services: Services | None = None) -> oracle.Result:
     """Run ``scenario`` for ``settings.seconds`` of faults; return the oracle's verdict."""
     services = services or Services()
+    if scenario.db == "sqlite":
+        with _scratch_file(settings.logs) as scratch:
+            result = _run(scenario, settings, services, scratch)
+            scratch.keep = settings.keep or not result.ok
+        return result
     admin_url = services.postgres if scenario.db == "postgres" else services.mysql
     # Kept unless the run ends and passes: the rows of a failed or crashed run explain it.
     with scratch_database(admin_url, prefix="cronstore_h", keep=True) as scratch:
         result = _run(scenario, settings, services, scratch)
         scratch.keep = settings.keep or not result.ok
     return result
+
+
+@contextmanager
+def _scratch_file(logs: Path) -> Iterator[Scratch]:
+    """A fresh SQLite file under ``logs``; removed on leaving unless ``keep`` is set."""
+    logs.mkdir(parents=True, exist_ok=True)
+    name = f"cronstore_h_{uuid.uuid4().hex[:10]}.sqlite"
+    path = (logs / name).resolve()
+    scratch = Scratch(f"sqlite:///{path}", name)
+    try:
+        yield scratch
+    finally:
+        if not scratch.keep:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def _run(
@@ -172,7 +220,8 @@ def _run(
     logs.mkdir(parents=True, exist_ok=True)
     url, dbname = scratch.url, scratch.name
     broker = services.redis if scenario.broker == "redis" else services.rabbitmq
-    db_proxy = Proxy(_target(url, 5432 if scenario.db == "postgres" else 3306))
+    local = scenario.db == "sqlite"  # a file: beats open it directly, no link to cut
+    db_proxy = Proxy(("127.0.0.1", 9) if local else _target(url, DB_PORTS[scenario.db]))
     broker_proxy = Proxy(_target(broker, 6379 if scenario.broker == "redis" else 5672))
     store = Store(url)
     store.upgrade()
@@ -195,7 +244,8 @@ def _run(
         cluster.add_worker({"HARNESS_STORE": url})
     beat_envs = []
     for index in range(3):
-        env = {"HARNESS_STORE": _via(url, db_proxy), **_skew_env(scenario.skew[index])}
+        store_url = url if local else _via(url, db_proxy)
+        env = {"HARNESS_STORE": store_url, **_skew_env(scenario.skew[index])}
         if scenario.beat_faults[index]:
             env.update(
                 CRONSTORE_FAULTS=scenario.beat_faults[index],
