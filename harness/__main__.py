@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from harness.oracle import Result
@@ -22,9 +23,9 @@ def table(results: list[Result]) -> str:
     """Return the summary table (Markdown) of ``results``."""
     head = (
         "| scenario | fires expected | delivered | recorded (missed/expired/dropped/skipped)"
-        " | duplicates | double starts | lost | p50 late | p99 late | verdict |"
+        " | duplicates | double starts | lost | stuck | p50 late | p99 late | verdict |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 11]
     for r in results:
         rec = "/".join(
             str(r.recorded.get(k, 0)) for k in ("missed", "expired", "dropped", "skipped")
@@ -32,7 +33,7 @@ def table(results: list[Result]) -> str:
         p50, p99 = r.percentile(0.5), r.percentile(0.99)
         lines.append(
             f"| {r.scenario} | {r.expected} | {r.delivered} | {rec} | {r.duplicates} | "
-            f"{r.double_starts} | {r.lost} | {_ms(p50)} | {_ms(p99)} | "
+            f"{r.double_starts} | {r.lost} | {r.stuck} | {_ms(p50)} | {_ms(p99)} | "
             f"{'PASS' if r.ok else 'FAIL'} |"
         )
     return "\n".join(lines)
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="recording workers")
     parser.add_argument("--seed", type=int, default=None, help="seed of the random faults")
     parser.add_argument("--logs", type=Path, default=Path("var/harness"), help="log directory")
+    parser.add_argument(
+        "--sample-every", type=float, default=30.0, help="seconds between soak samples"
+    )
     parser.add_argument("--keep", action="store_true", help="keep each scenario's database")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         seed=args.seed,
         keep=args.keep,
+        sample_every=args.sample_every,
         logs=args.logs,
     )
     results = []
@@ -94,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                         "duplicates": r.duplicates,
                         "double_starts": r.double_starts,
                         "lost": r.lost,
+                        "stuck": r.stuck,
+                        "samples": [asdict(x) for x in r.samples],
                         "p50": r.percentile(0.5),
                         "p99": r.percentile(0.99),
                         "violations": r.violations,

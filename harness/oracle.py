@@ -36,6 +36,8 @@ from celery_cronstore.store.schema import fire, periodic_task
 from harness.app import events
 
 RECORDED = ("missed", "expired", "skipped", "dropped")
+#: States that are not an end: a fire left in one after the drain is stuck.
+IN_FLIGHT = ("claimed", "published", "started")
 #: ``cronstore_tolerance`` of the harness app (the CronTask early-drop slack).
 TOLERANCE = timedelta(seconds=1.0)
 
@@ -51,10 +53,13 @@ class Result:
     duplicates: int = 0  # extra deliveries of a fire (allowed: the guard refuses them)
     double_starts: int = 0
     lost: int = 0
+    #: Ledger rows still claimed, published or started once everything was drained.
+    stuck: int = 0
     lateness: list[float] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    samples: list[Any] = field(default_factory=list)  # harness.sampler.Sample, over time
 
     @property
     def ok(self) -> bool:
@@ -101,6 +106,7 @@ def judge(
 
     by_task: dict[int, list[Any]] = defaultdict(list)
     by_task_id: dict[str, Any] = {}
+    result.stuck = sum(row.state in IN_FLIGHT for row in ledger)
     for row in ledger:
         by_task[row.periodic_task_id].append(row)
         by_task_id[row.task_id] = row

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from harness import oracle
 from harness.app import metadata
 from harness.chaos import Chaos
 from harness.cluster import FAKETIME, Cluster, Proxy
+from harness.sampler import Sampler
 from harness.scratch import Scratch, scratch_database
 
 __all__ = ["SCENARIOS", "SOAK", "TIMERS", "Scenario", "Services", "run"]
@@ -149,6 +151,7 @@ class Settings:
     workers: int = 2
     seed: int | None = None
     keep: bool = False
+    sample_every: float = 30.0
     logs: Path = field(default_factory=lambda: Path("var/harness"))
 
 
@@ -243,9 +246,14 @@ def _run(
     for _ in range(settings.workers):
         cluster.add_worker({"HARNESS_STORE": url})
     beat_envs = []
+    ports = [_free_port() for _ in range(3)]
     for index in range(3):
         store_url = url if local else _via(url, db_proxy)
-        env = {"HARNESS_STORE": store_url, **_skew_env(scenario.skew[index])}
+        env = {
+            "HARNESS_STORE": store_url,
+            "HARNESS_METRICS_PORT": str(ports[index]),
+            **_skew_env(scenario.skew[index]),
+        }
         if scenario.beat_faults[index]:
             env.update(
                 CRONSTORE_FAULTS=scenario.beat_faults[index],
@@ -255,9 +263,11 @@ def _run(
         cluster.add_beat(env)
     chaos = Chaos(cluster, db_proxy, broker_proxy, admin_for(url), dbname, settings.lease, rng)
     disabled: dict[str, datetime] = {}
+    sampler = Sampler(store.engine, ports, every=settings.sample_every)
     try:
         cluster.start()
         cluster.wait_ready()
+        sampler.start()
         for spec in TIMERS:
             fields = {k: v for k, v in spec.items() if k not in ("name", "timer")}
             store.add(
@@ -276,6 +286,7 @@ def _run(
                 disabled[MID_RUN_DISABLE] = store.disable(MID_RUN_DISABLE).updated_at
                 mid = 0.0
             cluster.restart_dead_beats()
+        sampler.stop()
         # Heal: faults off, every replica running (without fault points), leases run out.
         chaos.stop()
         for proc in cluster.beats:
@@ -295,6 +306,8 @@ def _run(
         broker_proxy.close()
     result = oracle.judge(scenario.name, store.engine, disabled, tail=2.0)
     result.notes.extend(f"{k}: {v}" for k, v in sorted(chaos.counts.items()))
+    result.notes.extend(sampler.summary())
+    result.samples = sampler.samples
     restarts = sum(p.starts - 1 for p in cluster.beats)
     if restarts:
         result.notes.append(f"beat restarts: {restarts}")
@@ -306,6 +319,12 @@ def _run(
             f"database kept: {sa.make_url(url).render_as_string(True)}; logs: {logs}"
         )
     return result
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def admin_for(url: str) -> sa.Engine:
