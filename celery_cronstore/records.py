@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 __all__ = [
+    "ABANDON_POLICIES",
     "EPOCH",
     "FIRE_STATES",
     "MISFIRE_POLICIES",
@@ -28,6 +29,9 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 MISFIRE_POLICIES = ("run_once", "run_all", "skip")
 OVERLAP_POLICIES = ("allow", "skip")
+#: What becomes of a started fire whose worker went silent: ``leave`` it ``abandoned``, or
+#: ``rerun`` it (published again once, under the same task id).
+ABANDON_POLICIES = ("leave", "rerun")
 
 #: Every state a fire can end in; the first three are "in flight".
 FIRE_STATES = (
@@ -80,6 +84,8 @@ class PeriodicTask:
     version: int
     created_at: datetime
     updated_at: datetime
+    #: What becomes of a fire whose worker went silent (:data:`ABANDON_POLICIES`).
+    abandon_policy: str = "leave"
 
     @property
     def owner(self) -> tuple[str, str] | None:
@@ -111,6 +117,8 @@ class Fire:
     node: str | None
     reason: str | None
     result: str | None
+    #: How many times the fire was published again after its worker went silent (0 or 1).
+    reruns: int = 0
 
     @property
     def lateness(self) -> float | None:

@@ -74,6 +74,8 @@ class _Run:
     max_retries: int = 0
     interval: float | None = None
     saw_out_of_time: bool = False
+    #: Which run of the fire this is (``RunStart.rerun``): its records are fenced on it.
+    rerun: int | None = None
 
     def now(self) -> datetime:
         """The store's clock, estimated locally: start + monotonic time elapsed since."""
@@ -191,7 +193,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         if run is None or run.store is None or run.task_id is None:
             logger.warning("%s: checkpoint() outside a run published by beat; ignored", self.name)
             return False
-        stored = runs.checkpoint(run.store.db, run.task_id, state)
+        stored = runs.checkpoint(run.store.db, run.task_id, state, run=run.rerun)
         if stored:
             run.resume_state = state
         else:
@@ -269,7 +271,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
                 decision.reason,
             )
             raise Ignore(decision.reason)
-        live.started(task_id)
+        live.started(task_id, decision.rerun)
         run = _Run(
             task_id=task_id,
             fire_time=decision.fire_time or _parse_time(_header(request, H_FIRE)),
@@ -280,6 +282,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             resume_state=decision.resume_state,
             max_retries=decision.max_retries,
             interval=decision.interval,
+            rerun=decision.rerun,
         )
         request.cronstore_run = run
         try:
@@ -355,7 +358,9 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         for _attempt in range(2):
             try:
                 # The soft time limit may strike while we write: try once more.
-                ended = live.finish(run.task_id, state, result=result, error=error, hold=hold)
+                ended = live.finish(
+                    run.task_id, state, result=result, error=error, hold=hold, run=run.rerun
+                )
             except SoftTimeLimitExceeded:
                 state, hold = "timed_out", None
                 error = error or self._timeout_text(run, None)

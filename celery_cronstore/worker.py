@@ -87,15 +87,24 @@ class Liveness:
         self.store = store
         self.abandon_after = abandon_after
         self.running: set[str] = set()
+        #: Which run of its fire each running CronTask fire is (``RunStart.rerun``): its
+        #: heartbeats are fenced on it (plain tasks' are not).
+        self.runs: dict[str, int] = {}
         self.outbox: deque[tuple[str, str, dict[str, Any]]] = deque(maxlen=OUTBOX_MAX)
         self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
         self._next_clock_check = 0.0
 
-    def started(self, task_id: str) -> None:
-        """Note that fire ``task_id`` runs here (its lease is renewed until it ends)."""
+    def started(self, task_id: str, run: int | None = None) -> None:
+        """Note that fire ``task_id`` runs here (its lease is renewed until it ends).
+
+        ``run``: which run of the fire it is (0, or 1 for a re-run after its worker went
+        silent); the renewals then touch that run only.
+        """
         with self._guard:
             self.running.add(task_id)
+            if run is not None:
+                self.runs[task_id] = run
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="cronstore-liveness", daemon=True
@@ -109,6 +118,7 @@ class Liveness:
         """
         with self._guard:
             self.running.discard(task_id)
+            self.runs.pop(task_id, None)
         try:
             return runs.finish_fire(self.store.db, task_id, state, **details)
         except SoftTimeLimitExceeded:  # the caller records the run as timed out instead
@@ -126,11 +136,13 @@ class Liveness:
 
     def beat(self) -> None:
         """Renew the leases of the running fires, deliver queued records, check the clock."""
+        groups: dict[int | None, list[str]] = {}
         with self._guard:
-            running = sorted(self.running)
+            for task_id in sorted(self.running):
+                groups.setdefault(self.runs.get(task_id), []).append(task_id)
             queued = list(self.outbox)
-        if running:
-            runs.keep_alive(self.store.db, running, self.abandon_after)
+        for run, task_ids in groups.items():
+            runs.keep_alive(self.store.db, task_ids, self.abandon_after, run=run)
         for item in queued:
             task_id, state, details = item
             runs.finish_fire(self.store.db, task_id, state, **details)

@@ -2,12 +2,20 @@
 
 ``timers`` says *when*; this package says *what happens to a fire* (task ids, the backlog
 walk and the misfire choice, overlap, starting deadlines, the start decision of the
-worker's guard, the message rules and the allowlist); ``store`` records what it decides;
-the Celery layer sends and runs it.
+worker's guard, what becomes of a fire whose worker went silent, the message rules and
+the allowlist); ``store`` records what it decides; the Celery layer sends and runs it.
 """
 
 from __future__ import annotations
 
+from celery_cronstore.policy.abandon import (
+    ABANDONED,
+    MAX_RERUNS,
+    AbandonDecision,
+    AbandonSnapshot,
+    abandoned_reason,
+    decide_abandoned,
+)
 from celery_cronstore.policy.backlog import WALK_LIMIT, Backlog, backlog, choose
 from celery_cronstore.policy.fires import (
     BEAT_IN_FLIGHT,
@@ -47,6 +55,7 @@ from celery_cronstore.policy.start import (
 from celery_cronstore.policy.timing import interval_after, timer_of
 
 __all__ = [
+    "ABANDONED",
     "BEAT_IN_FLIGHT",
     "CLOCK_WARN",
     "CLOCK_WARN_EVERY",
@@ -54,12 +63,15 @@ __all__ = [
     "H_FIRE",
     "H_INTERVAL",
     "H_NAME",
+    "MAX_RERUNS",
     "MESSAGE_SERIALIZER",
     "OPTION_KEYS",
     "RESERVED_HEADERS",
     "STARTABLE",
     "WALK_LIMIT",
     "WORKER_RUNNING",
+    "AbandonDecision",
+    "AbandonSnapshot",
     "Backlog",
     "Entry",
     "Plan",
@@ -67,11 +79,13 @@ __all__ = [
     "Running",
     "StartDecision",
     "StartSnapshot",
+    "abandoned_reason",
     "allowed",
     "backlog",
     "beat_health",
     "choose",
     "deadline",
+    "decide_abandoned",
     "decide_start",
     "fire_task_id",
     "interval_after",

@@ -16,7 +16,10 @@ In order, first match wins:
 7. ``now < last_run + gap - tolerance`` (``gap``: from the previous fire to this one, at
    most the interval to the next): **dropped** (early) — except under misfire policy
    ``run_all``, whose user asked for every fire, backfilled ones back to back included
-   (the early rule is for accidental bunching; the time box still applies to each run);
+   (the early rule is for accidental bunching; the time box still applies to each run),
+   and except for a re-run of a fire whose worker went silent (``reruns > 0``: the
+   ``last_run`` it would be judged against is its own first start; see
+   :mod:`~celery_cronstore.policy.abandon`);
 8. otherwise **started**.
 """
 
@@ -73,6 +76,8 @@ class StartSnapshot:
     later_started: Callable[[], datetime | None]
     #: Fire time of the task's previous fire in the ledger, if any.
     previous_fire: Callable[[], datetime | None]
+    #: How many times the fire was published again after its worker went silent.
+    reruns: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,12 @@ def decide_start(snap: StartSnapshot) -> StartDecision:
 
 
 def _early(snap: StartSnapshot) -> str | None:
-    if snap.interval is None or snap.last_run is None or snap.misfire_policy == "run_all":
+    if (
+        snap.interval is None
+        or snap.last_run is None
+        or snap.misfire_policy == "run_all"
+        or snap.reruns > 0
+    ):
         return None
     # The gap that led up to THIS fire, not the one after it: they differ for irregular
     # timers (seconds 19, 20, 41: the on-time :20 run is not early).

@@ -30,7 +30,6 @@ _IN_CHUNK = 1000
 #: A started fire without a liveness lease (a worker of an older release) is abandoned
 #: only after this long.
 _NO_HEARTBEATS = timedelta(hours=6)
-_ABANDONED = " stopped reporting on the run (killed, or cut off from the database)"
 
 
 class LeaseKeeper:
@@ -155,28 +154,87 @@ class LeaseKeeper:
                 )
         return [c for c in claims if c.periodic_task_id in enabled]
 
-    def abandon_silent(self) -> int:
-        """Record started fires whose worker stopped heartbeating as ``abandoned``.
+    def abandon_silent(self, redeliverable: Callable[[str], bool] | None = None) -> int:
+        """Settle started fires whose worker stopped heartbeating; return how many.
 
         A worker renews the liveness lease of each fire it runs; one killed (kill -9, an
-        OOM kill, a lost host) or cut off from the database stops. Such a fire gets a
-        reason and no longer blocks its task (overlap policy ``skip``). Return how many.
+        OOM kill, a lost host) or cut off from the database stops. Such a fire no longer
+        blocks its task (overlap policy ``skip``). What becomes of it is the task's
+        ``abandon_policy`` (the rule: :func:`celery_cronstore.policy.decide_abandoned`),
+        written in this one transaction: recorded ``abandoned`` with the reason, or, for
+        a fire the rule re-runs, handed back (state ``claimed``, lease run out,
+        ``reruns`` + 1) so :meth:`reclaim_expired` publishes it again under the same task
+        id, as :meth:`redeliver_unstarted` does. ``redeliverable`` says whether a second
+        publish of a task starts at most once (beat: a CronTask, or a task that
+        acknowledges late; ``None``: every task).
         """
+        settled = 0
         with self.db.begin() as conn:
             now = self.db.now(conn)
+            # The rule's first line in SQL: every silent fire of a task whose policy is
+            # "leave" (the default) is recorded in one statement, however many there are.
+            rerun_tasks = sa.select(_PT.id).where(_PT.abandon_policy == "rerun")
             result = conn.execute(
                 sa.update(fire)
-                .where(silent(now))
+                .where(silent(now), _F.periodic_task_id.not_in(rerun_tasks))
                 .values(
                     state="abandoned",
                     finished_at=now,
                     lease_until=None,
                     reason=sa.literal("its worker ")
                     + sa.func.coalesce(_F.node, "?")
-                    + sa.literal(_ABANDONED),
+                    + sa.literal(policy.ABANDONED),
                 )
             )
-            return max(result.rowcount, 0)
+            settled += max(result.rowcount, 0)
+            query = (
+                sa.select(
+                    _F.id,
+                    _F.periodic_task_id,
+                    _F.fire_time,
+                    _F.node,
+                    _F.reruns,
+                    _PT.task,
+                    _PT.enabled,
+                    _PT.start_deadline,
+                    _PT.abandon_policy,
+                )
+                .join_from(fire, periodic_task, _F.periodic_task_id == _PT.id)
+                .where(silent(now), _PT.abandon_policy == "rerun")
+                .limit(self.batch_size)
+            )
+            for row in conn.execute(query).all():
+                decision = policy.decide_abandoned(
+                    policy.AbandonSnapshot(
+                        now=now,
+                        fire_time=row.fire_time,
+                        node=row.node,
+                        policy=row.abandon_policy,
+                        reruns=row.reruns,
+                        enabled=bool(row.enabled),
+                        start_deadline=row.start_deadline,
+                        later=_later_fire(conn, row.periodic_task_id, row.fire_time),
+                        redeliverable=redeliverable is None or redeliverable(row.task),
+                    )
+                )
+                values: dict[str, Any] = {"reason": decision.reason}
+                if decision.rerun:
+                    values.update(
+                        state="claimed",
+                        lease_until=now - timedelta(microseconds=1),
+                        reruns=row.reruns + 1,
+                    )
+                else:
+                    values.update(state="abandoned", finished_at=now, lease_until=None)
+                # Fenced: a heartbeat that came in meanwhile, or another beat that settled
+                # the fire first, leaves it alone.
+                result = conn.execute(
+                    sa.update(fire)
+                    .where(_F.id == row.id, _F.reruns == row.reruns, silent(now))
+                    .values(**values)
+                )
+                settled += max(result.rowcount, 0)
+        return settled
 
     def redeliver_unstarted(self, redeliverable: Callable[[str], bool] | None = None) -> int:
         """Hand back published fires whose start lease ran out without a start.
@@ -353,6 +411,20 @@ def silent(now: Any) -> sa.ColumnElement[bool]:
             sa.and_(_F.lease_until.is_(None), _F.started_at < now - _NO_HEARTBEATS),
         ),
     )
+
+
+def _later_fire(conn: sa.Connection, task_id: int, fire_time: datetime) -> datetime | None:
+    """Fire time of a later fire of task ``task_id`` that started or will (claimed or
+    published), if any: what supersedes an abandoned fire."""
+    return conn.execute(
+        sa.select(_F.fire_time)
+        .where(
+            _F.periodic_task_id == task_id,
+            _F.fire_time > fire_time,
+            sa.or_(_F.started_at.is_not(None), _F.state.in_(policy.STARTABLE)),
+        )
+        .limit(1)
+    ).scalar_one_or_none()
 
 
 def unstarted(now: Any) -> sa.ColumnElement[bool]:

@@ -9,7 +9,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from celery_cronstore.policy import option_problems
-from celery_cronstore.records import MISFIRE_POLICIES, OVERLAP_POLICIES, Fire, PeriodicTask
+from celery_cronstore.records import (
+    ABANDON_POLICIES,
+    MISFIRE_POLICIES,
+    OVERLAP_POLICIES,
+    Fire,
+    PeriodicTask,
+)
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import dumps, loads
 
@@ -118,6 +124,7 @@ def to_task(row: sa.Row[Any]) -> PeriodicTask:
         version=m["version"],
         created_at=m["created_at"],
         updated_at=m["updated_at"],
+        abandon_policy=m["abandon_policy"],
     )
 
 
@@ -143,6 +150,7 @@ def to_fire(row: sa.Row[Any]) -> Fire:
         node=m["node"],
         reason=m["reason"],
         result=m["result"],
+        reruns=m["reruns"],
     )
 
 
@@ -177,6 +185,8 @@ def check_values(values: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError(f"misfire_policy must be one of {MISFIRE_POLICIES}, got {value!r}")
         elif key == "overlap_policy" and value not in OVERLAP_POLICIES:
             raise ValueError(f"overlap_policy must be one of {OVERLAP_POLICIES}, got {value!r}")
+        elif key == "abandon_policy" and value not in ABANDON_POLICIES:
+            raise ValueError(f"abandon_policy must be one of {ABANDON_POLICIES}, got {value!r}")
         elif (
             key in ("start_deadline", "tolerance")
             and value is not None

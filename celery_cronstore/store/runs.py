@@ -69,6 +69,9 @@ class RunStart:
     max_retries: int = 0
     #: Whether the refusal was written to the ledger.
     recorded: bool = False
+    #: Which run of the fire this is: 0, or 1 for a re-run after its worker went silent.
+    #: The worker's end-of-run records and heartbeats are fenced on it.
+    rerun: int = 0
 
 
 def start_fire(
@@ -103,7 +106,9 @@ def start_fire(
         # judged "early" against a last_run written after an earlier reading.
         now = db.now(conn)
         row = conn.execute(
-            db.locked(sa.select(_F.id, _F.state, _F.fire_time).where(_F.task_id == task_id))
+            db.locked(
+                sa.select(_F.id, _F.state, _F.fire_time, _F.reruns).where(_F.task_id == task_id)
+            )
         ).one()
         if interval is None:
             interval = _interval(task, row.fire_time)
@@ -112,7 +117,7 @@ def start_fire(
         recorded = False
         if not decision.started:
             recorded = decision.recorded and _record_refusal(conn, row.id, decision, node, now)
-        elif not _record_start(conn, task, row.id, decision, node, now, abandon_after):
+        elif not _record_start(conn, task, row, decision, node, now, abandon_after):
             # Cannot happen while we hold the locks; be safe anyway.
             decision = policy.StartDecision(
                 "duplicate", f"duplicate delivery: fire {task_id} changed state"
@@ -133,6 +138,7 @@ def start_fire(
             resume_state=task.resume_state,
             max_retries=int(task.max_retries),
             recorded=recorded,
+            rerun=int(row.reruns),
         )
 
 
@@ -203,6 +209,7 @@ def _snapshot(
         running=running,
         later_started=later_started,
         previous_fire=previous_fire,
+        reruns=int(row.reruns),
     )
 
 
@@ -226,7 +233,7 @@ def _record_refusal(
 def _record_start(
     conn: sa.Connection,
     task: PeriodicTask,
-    fire_id: int,
+    row: sa.Row[Any],
     decision: policy.StartDecision,
     node: str,
     now: datetime,
@@ -236,18 +243,29 @@ def _record_start(
     if decision.outcome == "retry":
         conn.execute(
             sa.update(fire)
-            .where(_F.id == fire_id, _F.state == "retrying")
+            .where(_F.id == row.id, _F.state == "retrying")
             .values(state="started", node=node, reason=None, lease_until=alive)
         )
         return True
+    values: dict[str, Any] = {
+        "state": "started",
+        "started_at": now,
+        "node": node,
+        "lease_until": alive,
+    }
+    if not row.reruns:
+        values["reason"] = None  # a re-run keeps why it runs again
     result = conn.execute(
         sa.update(fire)
-        .where(_F.id == fire_id, _F.state.in_(policy.STARTABLE))
-        .values(state="started", started_at=now, node=node, reason=None, lease_until=alive)
+        .where(_F.id == row.id, _F.state.in_(policy.STARTABLE), _F.reruns == row.reruns)
+        .values(**values)
     )
     if result.rowcount != 1:
         return False
-    conn.execute(sa.update(periodic_task).where(_PT.id == task.id).values(last_run=now))
+    if not row.reruns:
+        # A re-run leaves last_run at its fire's first start: judged against the re-run's
+        # start, the next on-time fire would be dropped as early.
+        conn.execute(sa.update(periodic_task).where(_PT.id == task.id).values(last_run=now))
     return True
 
 
@@ -259,17 +277,24 @@ def finish_fire(
     result: Any = None,
     error: str | None = None,
     hold: float | None = None,
+    run: int | None = None,
 ) -> bool:
     """Record how a started fire ended; return whether the fire was still in flight.
 
     ``state`` is one of :data:`~celery_cronstore.policy.FINISH_STATES`. ``result`` is
-    summarized into the ledger; ``error`` goes to the row's ``reason``. ``retrying`` keeps
-    the fire in flight until its retry starts (:func:`start_fire` with ``retries > 0``);
-    ``hold`` is then how long it may wait for that (its liveness lease, in seconds).
+    summarized into the ledger; ``error`` goes to the row's ``reason`` (a re-run that
+    ends without one keeps why it ran again). ``retrying`` keeps the fire in flight
+    until its retry starts (:func:`start_fire` with ``retries > 0``); ``hold`` is then
+    how long it may wait for that (its liveness lease, in seconds). ``run``
+    (:attr:`RunStart.rerun`) fences the record on the run it belongs to: a worker that
+    went silent and comes back after its fire was re-run elsewhere records nothing.
     """
     if state not in policy.FINISH_STATES:
         raise ValueError(f"state must be one of {policy.FINISH_STATES}, got {state!r}")
-    values: dict[str, Any] = {"state": state, "reason": error}
+    values: dict[str, Any] = {
+        "state": state,
+        "reason": error if error is not None else sa.case((_F.reruns > 0, _F.reason)),
+    }
     if result is not None:
         values["result"] = summarize(result)
     with db.begin() as conn:
@@ -280,10 +305,15 @@ def finish_fire(
             values.update(finished_at=now, lease_until=None)
         done = conn.execute(
             sa.update(fire)
-            .where(_F.task_id == task_id, _F.state.in_(policy.WORKER_RUNNING))
+            .where(_F.task_id == task_id, _F.state.in_(policy.WORKER_RUNNING), *_fence(run))
             .values(**values)
         )
         return bool(done.rowcount == 1)
+
+
+def _fence(run: int | None) -> tuple[sa.ColumnElement[bool], ...]:
+    """The condition that a record of run ``run`` of a fire still belongs to it."""
+    return () if run is None else (_F.reruns == run,)
 
 
 def record_start(db: Database, task_id: str, *, node: str, abandon_after: float) -> bool:
@@ -311,11 +341,14 @@ def record_start(db: Database, task_id: str, *, node: str, abandon_after: float)
         return True
 
 
-def keep_alive(db: Database, task_ids: list[str], abandon_after: float) -> int:
+def keep_alive(
+    db: Database, task_ids: list[str], abandon_after: float, *, run: int | None = None
+) -> int:
     """Renew the liveness lease of the running fires ``task_ids`` (one statement).
 
     A worker calls this every quarter of ``abandon_after`` for the fires it runs; beat
-    records a fire whose lease lapsed ``abandoned``. Return how many fires were renewed.
+    records a fire whose lease lapsed ``abandoned``. ``run`` fences it as in
+    :func:`finish_fire`. Return how many fires were renewed.
     """
     if not task_ids:
         return 0
@@ -323,7 +356,7 @@ def keep_alive(db: Database, task_ids: list[str], abandon_after: float) -> int:
         now = db.now(conn)
         done = conn.execute(
             sa.update(fire)
-            .where(_F.task_id.in_(task_ids), _F.state.in_(policy.WORKER_RUNNING))
+            .where(_F.task_id.in_(task_ids), _F.state.in_(policy.WORKER_RUNNING), *_fence(run))
             .values(lease_until=now + timedelta(seconds=abandon_after))
         )
         return max(done.rowcount, 0)
@@ -344,16 +377,17 @@ def expire_fire(db: Database, task_id: str, reason: str) -> bool:
         return bool(done.rowcount == 1)
 
 
-def checkpoint(db: Database, task_id: str, state: Any) -> bool:
+def checkpoint(db: Database, task_id: str, state: Any, *, run: int | None = None) -> bool:
     """Store ``state`` (JSON) as the resume state of the task whose fire ``task_id`` runs.
 
-    Fenced on the fire still being ``started``: a run that was already recorded as ended
-    (or never started) cannot overwrite the state. Return whether it was stored.
+    Fenced on the fire still being ``started`` (and on ``run``, as in
+    :func:`finish_fire`): a run that was already recorded as ended (or never started, or
+    re-run elsewhere) cannot overwrite the state. Return whether it was stored.
     """
     text = None if state is None else dumps(state)
     running = (
         sa.select(_F.periodic_task_id)
-        .where(_F.task_id == task_id, _F.state == "started")
+        .where(_F.task_id == task_id, _F.state == "started", *_fence(run))
         .scalar_subquery()
     )
     with db.begin() as conn:

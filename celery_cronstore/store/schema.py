@@ -54,6 +54,8 @@ periodic_task = sa.Table(
     sa.Column("version", sa.Integer, nullable=False, server_default="1"),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
+    # What becomes of a fire whose worker went silent: "leave" or "rerun" (migration 0006).
+    sa.Column("abandon_policy", sa.String(16), nullable=False, server_default="leave"),
     sa.Index("ix_cronstore_periodic_task_due", "enabled", "next_run"),
     sa.Index("ix_cronstore_periodic_task_owner", "owner_type", "owner_id"),
     sa.Index("ix_cronstore_periodic_task_task", "task"),
@@ -85,6 +87,8 @@ fire = sa.Table(
     sa.Column("node", sa.String(200), nullable=True),
     sa.Column("reason", sa.Text, nullable=True),
     sa.Column("result", sa.Text, nullable=True),
+    # Times the fire was published again after its worker went silent (migration 0006).
+    sa.Column("reruns", sa.Integer, nullable=False, server_default="0"),
     sa.UniqueConstraint("periodic_task_id", "fire_time", name="uq_cronstore_fire_task_time"),
     sa.UniqueConstraint("task_id", name="uq_cronstore_fire_task_id"),
     sa.Index("ix_cronstore_fire_lease", "state", "lease_until"),

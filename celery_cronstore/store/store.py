@@ -157,6 +157,7 @@ class Store(StoreReads):
         tolerance: float | None = None,
         max_retries: int = 0,
         source: str = "api",
+        abandon_policy: str = "leave",
     ) -> PeriodicTask:
         """Add a periodic task; validate everything (timer first) before writing anything.
 
@@ -176,6 +177,7 @@ class Store(StoreReads):
                 "misfire_limit": misfire_limit,
                 "start_deadline": start_deadline,
                 "overlap_policy": overlap_policy,
+                "abandon_policy": abandon_policy,
                 "tolerance": tolerance,
                 "max_retries": max_retries,
                 "source": source,
@@ -380,6 +382,7 @@ _UPDATABLE = frozenset(
         "misfire_limit",
         "start_deadline",
         "overlap_policy",
+        "abandon_policy",
         "tolerance",
         "max_retries",
         "source",

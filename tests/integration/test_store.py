@@ -246,3 +246,63 @@ def test_a_task_can_be_renamed(store: Store) -> None:
     renamed = store.update("a", name="b")
     assert renamed.name == "b"
     assert [t.name for t in store.list()] == ["b"]
+
+
+def test_migration_0006_adds_the_abandon_policy_and_drops_it_again(db_url: str) -> None:
+    """0006 on every backend: existing rows keep today's behaviour (``leave``, no re-runs),
+    the downgrade drops both columns, and the re-plan trigger survives both ways."""
+    from celery_cronstore.store import migrate
+
+    store = Store(db_url)
+
+    def columns(table: str) -> set[str]:
+        return {c["name"] for c in sa.inspect(store.engine).get_columns(table)}
+
+    try:
+        migrate.upgrade(store.engine, "0005", downgrade=True)
+        assert "abandon_policy" not in columns("cronstore_periodic_task")
+        assert "reruns" not in columns("cronstore_fire")
+        with store.begin() as conn:  # a row and a fire written by the previous release
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cronstore_periodic_task (name, task, timer_kind, timer,"
+                    " created_at, updated_at) VALUES ('old', 't', 'interval', 'every 1h',"
+                    " '2026-01-05 12:00:00', '2026-01-05 12:00:00')"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cronstore_fire (periodic_task_id, fire_time, task_id, state)"
+                    " SELECT id, '2026-01-05 13:00:00', 'old-fire', 'started'"
+                    " FROM cronstore_periodic_task WHERE name = 'old'"
+                )
+            )
+        migrate.upgrade(store.engine)
+        store.check_schema()
+        assert store.get("old").abandon_policy == "leave"
+        fire = store.fire_by_task_id("old-fire")
+        assert fire is not None
+        assert fire.reruns == 0
+        store.update("old", abandon_policy="rerun")
+        migrate.upgrade(store.engine, "0005", downgrade=True)
+        assert "abandon_policy" not in columns("cronstore_periodic_task")
+        assert "reruns" not in columns("cronstore_fire")
+        with store.begin() as conn:  # the re-plan trigger (0001/0002) is still there
+            conn.execute(sa.text("UPDATE cronstore_periodic_task SET timer = 'every 2h'"))
+            replanned = conn.execute(
+                sa.text("SELECT next_run FROM cronstore_periodic_task WHERE name = 'old'")
+            ).scalar_one()
+        assert str(replanned).startswith("1970-01-01")
+    finally:
+        migrate.upgrade(store.engine)
+        with store.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM cronstore_fire")
+            conn.exec_driver_sql("DELETE FROM cronstore_periodic_task")
+        store.close()
+    store = Store(db_url)
+    try:
+        store.check_schema()
+        store.add("new", task="t", timer="hourly")
+        assert store.get("new").abandon_policy == "leave"
+    finally:
+        store.close()

@@ -8,11 +8,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from timeline import at
 
+from celery_cronstore.records import Fire
 from celery_cronstore.store import Claimer, Store, runs
+from celery_cronstore.store.schema import periodic_task
 from celery_cronstore.testing import FrozenClock
 from celery_cronstore.worker import Liveness
+
+SILENT = "its worker w1 stopped reporting on the run (killed, or cut off from the database)"
 
 
 def _started(
@@ -102,3 +107,158 @@ def test_an_end_record_the_database_refused_is_delivered_later(tmp_path: Path) -
     assert fire.finished_at is not None
     assert fire.finished_at - at(60) < timedelta(minutes=5)
     store.close()
+
+
+# -- abandon policy rerun: a silent worker's fire published again once, same task id --------
+
+
+def _running(
+    store: Store, clock: FrozenClock, name: str, timer: str = "every 1h", **fields: object
+) -> tuple[Claimer, str]:
+    """Add ``name``, let its first fire fall due, claim, publish and start it on w1."""
+    task = store.add(name, task="t.run", timer=timer, **fields)  # type: ignore[arg-type]
+    assert task.next_run is not None
+    clock.set(task.next_run)
+    beat = Claimer(store, "beat")
+    (claim,) = [c for c in beat.claim_due().claims if c.name == name]
+    beat.mark_published([claim])
+    assert runs.start_fire(store.db, claim.task_id, node="w1", abandon_after=30).started
+    return beat, claim.task_id
+
+
+def _fire(store: Store, task_id: str) -> Fire:
+    fire = store.fire_by_task_id(task_id)
+    assert fire is not None
+    return fire
+
+
+def test_abandon_policy_rerun_publishes_the_fire_again_once_under_its_task_id(
+    store: Store, clock: FrozenClock
+) -> None:
+    beat, task_id = _running(store, clock, "again", abandon_policy="rerun")
+    first_start = store.get("again").last_run
+    clock.set(at(3600 + 31))  # the worker went silent: its lease (30 s) ran out
+    assert beat.abandon_silent() == 1
+    fire = _fire(store, task_id)
+    assert (fire.state, fire.reruns) == ("claimed", 1)
+    assert fire.reason == f"{SILENT}; published again under the same task id (abandon policy rerun)"
+    # The path that re-publishes lapsed claims sends it again, under the same task id.
+    (claim,) = beat.reclaim_expired()
+    assert (claim.task_id, claim.attempt, claim.fire_time) == (task_id, 2, at(3600))
+    beat.mark_published([claim])
+    assert _fire(store, task_id).state == "published"
+    # The guard starts the re-run once (not "early" against its own first start) ...
+    rerun = runs.start_fire(store.db, task_id, node="w2", abandon_after=30)
+    assert (rerun.started, rerun.rerun) == (True, 1)
+    # ... and a duplicate delivery of it not again.
+    assert runs.start_fire(store.db, task_id, node="w3", abandon_after=30).outcome == "duplicate"
+    # The first worker coming back late cannot renew, end or checkpoint the re-run.
+    assert runs.keep_alive(store.db, [task_id], 30, run=0) == 0
+    assert not runs.checkpoint(store.db, task_id, {"stale": True}, run=0)
+    assert not runs.finish_fire(store.db, task_id, "failed", error="late", run=0)
+    assert runs.keep_alive(store.db, [task_id], 30, run=1) == 1
+    assert runs.finish_fire(store.db, task_id, "succeeded", result="ok", run=1)
+    fire = _fire(store, task_id)
+    assert (fire.state, fire.node, fire.reruns, fire.attempts) == ("succeeded", "w2", 1, 2)
+    assert fire.reason is not None
+    assert "published again" in fire.reason  # kept: why it ran again
+    # The re-run does not move last_run: the next on-time fire is not dropped as early.
+    assert store.get("again").last_run == first_start
+    clock.set(at(7200))
+    (nxt,) = beat.claim_due().claims
+    beat.mark_published([nxt])
+    assert runs.start_fire(store.db, nxt.task_id, node="w1", abandon_after=30).started
+
+
+def test_a_rerun_abandoned_in_turn_is_left(store: Store, clock: FrozenClock) -> None:
+    beat, task_id = _running(store, clock, "twice", abandon_policy="rerun")
+    clock.set(at(3600 + 31))
+    assert beat.abandon_silent() == 1
+    (claim,) = beat.reclaim_expired()
+    beat.mark_published([claim])
+    assert runs.start_fire(store.db, task_id, node="w2", abandon_after=30).started
+    clock.set(at(3600 + 70))  # the re-run's worker went silent too
+    assert beat.abandon_silent() == 1
+    fire = _fire(store, task_id)
+    assert (fire.state, fire.reruns) == ("abandoned", 1)
+    assert fire.reason == (
+        "its worker w2 stopped reporting on the run (killed, or cut off from the database); "
+        "not re-run: it was already re-run 1 time(s) (at most 1)"
+    )
+    assert beat.reclaim_expired() == []
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"abandon_policy": "leave"}, None),
+        ({"enabled": False}, "the task is disabled"),
+        ({"start_deadline": 20.0}, "31.0s after its fire time, past the starting deadline of 20s"),
+    ],
+    ids=["leave", "disabled", "past-deadline"],
+)
+def test_an_abandoned_fire_the_rule_does_not_rerun_is_left(
+    store: Store, clock: FrozenClock, change: dict[str, object], why: str | None
+) -> None:
+    beat, task_id = _running(store, clock, "left", abandon_policy="rerun")
+    with store.begin() as conn:  # raw SQL: store.update would record/replan
+        conn.execute(
+            sa.update(periodic_task).where(periodic_task.c.name == "left").values(**change)
+        )
+    clock.set(at(3600 + 31))
+    assert beat.abandon_silent() == 1
+    fire = _fire(store, task_id)
+    assert (fire.state, fire.reruns) == ("abandoned", 0)
+    assert fire.reason == (SILENT if why is None else f"{SILENT}; not re-run: {why}")
+    assert beat.reclaim_expired() == []
+
+
+def test_an_abandoned_fire_superseded_by_a_later_one_is_left(
+    store: Store, clock: FrozenClock
+) -> None:
+    beat, task_id = _running(store, clock, "moved-on", timer="every 1m", abandon_policy="rerun")
+    clock.set(at(120))  # the next fire is claimed while the first one's worker is silent
+    (later,) = beat.claim_due().claims
+    clock.set(at(121))  # and the first one's lease (to 90 s) ran out
+    assert beat.abandon_silent() == 1
+    fire = _fire(store, task_id)
+    assert fire.state == "abandoned"
+    assert (
+        fire.reason == f"{SILENT}; not re-run: superseded by the later fire {at(120).isoformat()}"
+    )
+    assert [c.task_id for c in beat.reclaim_expired()] == []
+    assert later.task_id != task_id
+
+
+def test_a_task_without_an_at_most_once_start_is_not_rerun(
+    store: Store, clock: FrozenClock
+) -> None:
+    beat, task_id = _running(store, clock, "plain", abandon_policy="rerun")
+    clock.set(at(3600 + 31))
+    assert beat.abandon_silent(lambda name: False) == 1
+    fire = _fire(store, task_id)
+    assert fire.state == "abandoned"
+    assert fire.reason is not None
+    assert fire.reason.endswith("could run it twice")
+
+
+def test_leave_and_rerun_tasks_are_settled_in_one_pass(store: Store, clock: FrozenClock) -> None:
+    beat, left = _running(store, clock, "a-leave")
+    clock.set(at(0))  # both added at T0: both first fire at T0 + 1h
+    _, again = _running(store, clock, "b-rerun", abandon_policy="rerun")
+    clock.set(at(3600 + 31))
+    assert beat.abandon_silent() == 2
+    assert (_fire(store, left).state, _fire(store, again).state) == ("abandoned", "claimed")
+    assert beat.abandon_silent() == 0
+
+
+@pytest.mark.parametrize("bad", ["retry", "", None, "LEAVE"])
+def test_a_bad_abandon_policy_is_refused_naming_the_value(store: Store, bad: object) -> None:
+    allowed = r"\('leave', 'rerun'\)"
+    with pytest.raises(ValueError, match=f"abandon_policy must be one of {allowed}, got {bad!r}"):
+        store.add("x", task="t", timer="hourly", abandon_policy=bad)  # type: ignore[arg-type]
+    store.add("x", task="t", timer="hourly")
+    assert store.get("x").abandon_policy == "leave"
+    with pytest.raises(ValueError, match=f"got {bad!r}"):
+        store.update("x", abandon_policy=bad)
+    assert store.update("x", abandon_policy="rerun").abandon_policy == "rerun"

@@ -228,6 +228,27 @@ TABLE: list[tuple[str, dict[str, Any], dict[str, Any], str, str | None, list[str
         None,
         ["later_started"],
     ),
+    # ... nor for a re-run of a fire whose worker went silent: the last run it would be
+    # judged against is its own first start (policy.abandon).
+    (
+        "rerun-of-an-abandoned-fire-is-not-early",
+        {"last_run": at(-1), "reruns": 1},
+        {},
+        "started",
+        None,
+        ["later_started"],
+    ),
+    # A re-run still goes through every other rule: superseded, disabled, duplicate.
+    (
+        "rerun-superseded",
+        {"reruns": 1},
+        {"later_started": LATER},
+        "dropped",
+        "superseded: the later fire 2026-01-05T12:01:00+00:00 already started",
+        ["later_started"],
+    ),
+    ("rerun-disabled", {"reruns": 1, "enabled": False}, {}, "dropped", None, []),
+    ("rerun-duplicate", {"reruns": 1, "state": "started"}, {}, "duplicate", None, []),
     (
         "early-boundary-is-on-time",  # now == last_run + interval - tolerance
         {"last_run": at(-53)},
