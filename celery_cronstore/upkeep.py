@@ -55,10 +55,11 @@ class Upkeep:
         # One statement on PostgreSQL: the heartbeat, and which of the writes below have work.
         chores = claimer.chores(self._started_at, self._stalled_since, self._clock_offset)
         self._check_clock(chores.now)
-        abandoned = claimer.abandon_silent() if chores.silent else 0
+        abandoned = claimer.abandon_silent(self._redeliverable) if chores.silent else 0
         if abandoned:
             logger.warning(
-                "beat: %d started fire(s) recorded abandoned: their worker stopped reporting",
+                "beat: %d started fire(s) whose worker stopped reporting: recorded abandoned, "
+                "or published again under the same task id where their abandon policy is rerun",
                 abandoned,
             )
         unstarted = claimer.redeliver_unstarted(self._redeliverable) if chores.unstarted else 0
@@ -69,7 +70,9 @@ class Upkeep:
                 unstarted,
                 self.config.start_timeout,
             )
-        reclaimed = claimer.reclaim_expired() if chores.expired or unstarted else []
+        # Fires handed back (never started, or re-run after their worker went silent) are
+        # claims whose lease ran out: the same take-over publishes them again.
+        reclaimed = claimer.reclaim_expired() if chores.expired or unstarted or abandoned else []
         self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
         self._prune(claimer)
         if reclaimed:
