@@ -74,22 +74,23 @@ class Upkeep:
         # claims whose lease ran out: the same take-over publishes them again.
         reclaimed = claimer.reclaim_expired() if chores.expired or unstarted or abandoned else []
         self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
-        self._prune(claimer)
+        self._prune(claimer, (chores.now, chores.oldest_fire) if chores.looked else None)
         if reclaimed:
             logger.warning("beat: re-publishing %d claim(s) whose lease ran out", len(reclaimed))
             return self._publish(claimer, reclaimed)
         return True
 
-    def _prune(self, claimer: Claimer) -> None:
+    def _prune(self, claimer: Claimer, look: tuple[datetime, datetime | None] | None) -> None:
         """Delete one small batch of old fire history (``cronstore_history_days``).
 
         One bounded transaction per housekeeping while a pass has work; a minute's pause
-        after each pass. A failure is logged and never stops the firing.
+        after each pass; no pass while housekeeping's ``look`` (database time, oldest fire)
+        shows nothing old. A failure is logged and never stops the firing.
         """
         if self._pruner is None:
             self._pruner = Pruner(claimer.db)
         try:
-            step = self._pruner.pace(self.config.history, time.monotonic())
+            step = self._pruner.pace(self.config.history, time.monotonic(), look)
         except SQLAlchemyError as exc:
             logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
             return

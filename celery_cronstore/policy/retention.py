@@ -37,6 +37,7 @@ __all__ = [
     "parse_age",
     "prunable",
     "retention",
+    "worth_a_pass",
 ]
 
 #: States of a fire some process still acts on; never pruned (``published`` only with a
@@ -85,6 +86,16 @@ def retention(days: float | None) -> timedelta | None:
 def cutoff(now: datetime, keep: timedelta | None) -> datetime | None:
     """Return the fire time before which ended rows may go (``None``: keep everything)."""
     return None if keep is None else now - keep
+
+
+def worth_a_pass(oldest: datetime | None, cutoff: datetime | None) -> bool:
+    """Whether a prune pass may find anything, given the fire time of the ledger's oldest
+    row in write order (``None``: the ledger is empty).
+
+    A pass walks rows in write order and ends at a batch with nothing older than the
+    cutoff; while the first row is within the window there is nothing to start it for.
+    """
+    return cutoff is not None and oldest is not None and oldest < cutoff
 
 
 def parse_age(text: str) -> timedelta:

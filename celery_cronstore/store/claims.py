@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -40,6 +41,9 @@ logger = logging.getLogger("celery.beat")
 
 _PT = periodic_task.c
 _F = fire.c
+#: Seconds a housekeeping look's earliest fire stands in for the idle look (the tick
+#: that follows it asks nothing more).
+PEEK_REUSE = 0.05
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,8 @@ class Claimer(LeaseKeeper):
         #: PostgreSQL, database clock: the idle look and housekeeping's run as one statement
         #: each on a connection held across ticks (``store.idle``); :meth:`close` ends it.
         self._held: idle.HeldConnection | None = None
+        #: The last housekeeping look's (monotonic time, database time, earliest fire).
+        self._looked: tuple[float, datetime, datetime | None] | None = None
         if hold and self.db.dialect.name == "postgresql" and self.db.clock is None:
             self._held = idle.HeldConnection(self.db.engine)
             self._peek_sql = idle.peek_statement(self.db.engine.dialect)
@@ -105,7 +111,16 @@ class Claimer(LeaseKeeper):
     # -- the idle path --------------------------------------------------------------------
 
     def peek(self) -> tuple[datetime, datetime | None]:
-        """Return (database now, earliest planned fire of any enabled task or ``None``)."""
+        """Return (database now, earliest planned fire of any enabled task or ``None``).
+
+        Right after a :meth:`chores` look that found no lost work, its answer (its clock
+        moved on by the time since) instead of another round trip.
+        """
+        looked, self._looked = self._looked, None
+        if looked is not None:
+            elapsed = time.monotonic() - looked[0]
+            if 0 <= elapsed < PEEK_REUSE:
+                return looked[1] + timedelta(seconds=elapsed), looked[2]
         if self._held is not None:
             clock, earliest_run = self._held.one(self._peek_sql)
             return as_utc(clock), None if earliest_run is None else as_utc(earliest_run)
@@ -140,6 +155,8 @@ class Claimer(LeaseKeeper):
             }
             found = idle.read_chores(self._held.one(self._chores_sql, params))
             if found.beat_seen:
+                if not (found.silent or found.unstarted or found.expired):
+                    self._looked = (time.monotonic(), found.now, found.earliest)
                 return found
         return idle.Chores(self.heartbeat(started_at, stalled_since, clock_offset))
 

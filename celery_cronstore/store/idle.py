@@ -1,7 +1,8 @@
 """Beat's idle path on PostgreSQL: one held connection, one statement per question.
 
 An idle beat asks two things: what is the earliest planned fire (every wake), and is
-there any lost work to take back (housekeeping, every few seconds). Through the pool, in
+there any lost work to take back (housekeeping, every few seconds; that look answers the
+first question too, and whether the ledger holds anything old enough to prune). Through the pool, in
 a transaction, each cost a checkout, ``BEGIN``, the query, ``ROLLBACK`` or ``COMMIT``:
 four round trips for one answer. Here each is one statement on a connection beat keeps
 (autocommit, outside the pool, so it is never shared), which psycopg 3 prepares after
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 
 from celery_cronstore.store import leases
 from celery_cronstore.store.engine import as_utc
-from celery_cronstore.store.schema import beat, periodic_task
+from celery_cronstore.store.schema import beat, fire, periodic_task
 
 __all__ = ["Chores", "HeldConnection", "chores_statement", "peek_statement"]
 
@@ -38,6 +39,12 @@ class Chores:
     expired: bool = True
     #: Whether this beat's heartbeat row was updated (``False``: it must be inserted).
     beat_seen: bool = True
+    #: Whether the two answers below were read (only the held connection's look has them).
+    looked: bool = False
+    #: The earliest planned fire of any enabled task (the idle look's answer) at ``now``.
+    earliest: datetime | None = None
+    #: The fire time of the ledger's oldest row by id (``None``: the ledger is empty).
+    oldest_fire: datetime | None = None
 
 
 class HeldConnection:
@@ -116,9 +123,11 @@ def peek_statement(dialect: sa.Dialect) -> str:
 def chores_statement(dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
     """Return the SQL (and its constant parameters) of housekeeping's look, in one statement:
 
-    the heartbeat (``UPDATE ... RETURNING``), then whether any lost work waits, from the same
-    conditions the writes use (:mod:`~celery_cronstore.store.leases`). Parameters to add:
-    ``node``, ``stalled`` (naive UTC or ``None``), ``offset``.
+    the heartbeat (``UPDATE ... RETURNING``), whether any lost work waits, from the same
+    conditions the writes use (:mod:`~celery_cronstore.store.leases`), the idle look's
+    earliest planned fire (so the tick after it need not ask again) and the fire time of
+    the ledger's oldest row (so the pruner starts a pass only when there is something old).
+    Parameters to add: ``node``, ``stalled`` (naive UTC or ``None``), ``offset``.
     """
     now = _utc_now()
     heartbeat = (
@@ -132,12 +141,20 @@ def chores_statement(dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
         .returning(beat.c.last_tick)
         .cte("heartbeat")
     )
+    earliest = (
+        sa.select(sa.func.min(periodic_task.c.next_run))
+        .where(periodic_task.c.enabled == sa.true())
+        .scalar_subquery()
+    )
+    oldest = sa.select(fire.c.fire_time).order_by(fire.c.id).limit(1).scalar_subquery()
     statement = sa.select(
         sa.select(heartbeat.c.last_tick).scalar_subquery(),
         sa.func.clock_timestamp(),
         sa.exists().where(leases.silent(now)),
         sa.exists().where(leases.unstarted(now)),
         sa.exists().where(leases.expired(now)),
+        earliest,
+        oldest,
     )
     compiled = statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
     return str(compiled), dict(compiled.params)
@@ -145,9 +162,16 @@ def chores_statement(dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
 
 def read_chores(row: tuple[Any, ...]) -> Chores:
     """Return the :class:`Chores` of a row of :func:`chores_statement`."""
-    last_tick, clock, silent, unstarted, expired = row
+    last_tick, clock, silent, unstarted, expired, earliest, oldest = row
     return Chores(
-        as_utc(clock), bool(silent), bool(unstarted), bool(expired), last_tick is not None
+        as_utc(clock),
+        bool(silent),
+        bool(unstarted),
+        bool(expired),
+        last_tick is not None,
+        looked=True,
+        earliest=None if earliest is None else as_utc(earliest),
+        oldest_fire=None if oldest is None else as_utc(oldest),
     )
 
 

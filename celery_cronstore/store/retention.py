@@ -74,24 +74,40 @@ class Pruner:
         #: When (the caller's monotonic seconds) :meth:`pace` may prune again.
         self.resume_at = 0.0
 
-    def pace(self, keep: timedelta | None, moment: float) -> PruneStep | None:
+    def pace(
+        self,
+        keep: timedelta | None,
+        moment: float,
+        look: tuple[datetime, datetime | None] | None = None,
+    ) -> PruneStep | None:
         """Prune one batch unless the last pass ended under ``PRUNE_PAUSE`` seconds ago.
 
         For beat's housekeeping: ``moment`` is its monotonic clock. A pass goes on at
         every call until it ends; then (or after a failure) the next waits a minute.
+        ``look``, when the caller read them already: the database's time and the fire time
+        of the ledger's oldest row by id (``None``: empty). A new pass is then not started
+        while that row is within ``keep`` (the pass would end at it), and costs nothing.
         Return the batch's step, or ``None`` when nothing ran.
         """
         if keep is None or moment < self.resume_at:
             return None
+        now = None
+        if look is not None:
+            now, oldest = look
+            if self.after == 0 and not rule.worth_a_pass(oldest, rule.cutoff(now, keep)):
+                return None
         self.resume_at = moment + PRUNE_PAUSE
-        step = self.step(keep)
+        step = self.step(keep, now=now)
         if not step.done:
             self.resume_at = moment
         return step
 
-    def step(self, keep: timedelta | None, *, dry_run: bool = False) -> PruneStep:
-        """Prune one batch of rows whose fire is older than ``keep`` (``None``: no-op)."""
-        cutoff = rule.cutoff(self.db.now(), keep)
+    def step(
+        self, keep: timedelta | None, *, dry_run: bool = False, now: datetime | None = None
+    ) -> PruneStep:
+        """Prune one batch of rows whose fire is older than ``keep`` (``None``: no-op);
+        ``now``: the database's time if the caller just read it."""
+        cutoff = rule.cutoff(self.db.now() if now is None else now, keep)
         if cutoff is None:
             self.after = 0
             return PruneStep()

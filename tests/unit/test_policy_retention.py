@@ -17,6 +17,7 @@ from celery_cronstore.policy.retention import (
     parse_age,
     prunable,
     retention,
+    worth_a_pass,
 )
 
 CUT = T0 - timedelta(days=30)
@@ -139,3 +140,17 @@ def test_history_days_refuses_a_negative_number() -> None:
     app.conf.cronstore_history_days = -1
     with pytest.raises(ValueError, match="cronstore_history_days must be zero or more"):
         Config.from_app(app)
+
+
+@pytest.mark.parametrize(
+    ("oldest", "cutoff", "worth"),
+    [
+        (None, T0, False),  # an empty ledger
+        (T0, None, False),  # retention off
+        (T0 - timedelta(seconds=1), T0, True),  # the first row in write order is old
+        (T0, T0, False),  # exactly at the cutoff: kept
+        (T0 + timedelta(days=1), T0, False),  # the first row is young: the pass would end
+    ],
+)
+def test_worth_a_pass(oldest: datetime | None, cutoff: datetime | None, worth: bool) -> None:
+    assert worth_a_pass(oldest, cutoff) is worth

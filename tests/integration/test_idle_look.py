@@ -1,0 +1,120 @@
+"""Beat's idle path on PostgreSQL (``store.idle``): housekeeping's one statement also
+answers the idle look and whether the ledger holds anything old enough to prune."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from celery_cronstore.store import Claimer, Store
+from celery_cronstore.store.claims import PEEK_REUSE
+from celery_cronstore.store.retention import Pruner
+from celery_cronstore.store.schema import fire
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def direct(postgres_url: str) -> Iterator[Store]:
+    """A store on the database's own clock (the held connection needs it), emptied."""
+    store = Store(postgres_url)
+    store.upgrade()
+    with store.begin() as conn:
+        for table in ("cronstore_fire", "cronstore_periodic_task", "cronstore_beat"):
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+    yield store
+    store.close()
+
+
+class Counting:
+    """Counts the statements a claimer's held connection runs."""
+
+    def __init__(self, claimer: Claimer) -> None:
+        held = claimer._held
+        assert held is not None, "PostgreSQL on its own clock holds a connection"
+        self.calls = 0
+        original = held.one
+
+        def one(*args: object, **kwargs: object) -> tuple[object, ...]:
+            self.calls += 1
+            return original(*args, **kwargs)  # type: ignore[arg-type]
+
+        held.one = one  # type: ignore[method-assign]
+
+
+def test_the_tick_after_housekeeping_asks_nothing_more(direct: Store) -> None:
+    task = direct.add("later", task="t", timer="every 1h")
+    claimer = Claimer(direct, "b1", hold=True)
+    try:
+        started = direct.now()
+        claimer.chores(started)  # the first inserts this beat's heartbeat row
+        claimer.peek()
+        counting = Counting(claimer)
+        chores = claimer.chores(started)
+        assert chores.looked
+        assert chores.earliest == task.next_run
+        assert counting.calls == 1
+        now, earliest = claimer.peek()  # housekeeping's answer: no round trip
+        assert counting.calls == 1
+        assert earliest == task.next_run
+        assert chores.now <= now <= chores.now + timedelta(seconds=PEEK_REUSE)
+        claimer.peek()  # used once: the next look asks the database
+        assert counting.calls == 2
+        claimer.chores(started)
+        time.sleep(PEEK_REUSE * 2)  # too old to stand in for a look
+        claimer.peek()
+        assert counting.calls == 4
+    finally:
+        claimer.close()
+
+
+def test_a_look_that_finds_lost_work_is_not_reused(direct: Store) -> None:
+    direct.add("due", task="t", timer="every 1s")
+    claimer = Claimer(direct, "b1", hold=True, lease=0.2)
+    try:
+        claimer.chores(direct.now())  # the first inserts this beat's heartbeat row
+        time.sleep(1.1)
+        assert claimer.claim_due().claims  # claimed, never published: its lease runs out
+        time.sleep(0.3)
+        counting = Counting(claimer)
+        chores = claimer.chores(direct.now())
+        assert chores.expired
+        claimer.peek()
+        assert counting.calls == 2
+    finally:
+        claimer.close()
+
+
+def test_the_look_reports_the_oldest_fire_and_gates_a_prune_pass(direct: Store) -> None:
+    claimer = Claimer(direct, "b1", hold=True)
+    try:
+        claimer.chores(direct.now())  # the first inserts this beat's heartbeat row
+        empty = claimer.chores(direct.now())
+        assert empty.looked
+        assert empty.oldest_fire is None
+        task = direct.add("old", task="t", timer="every 1s")
+        time.sleep(1.1)
+        claimer.claim_due()
+        chores = claimer.chores(direct.now())
+        with direct.begin() as conn:
+            first = conn.execute(sa.select(fire.c.fire_time).order_by(fire.c.id)).scalars().first()
+        assert chores.oldest_fire == first
+        assert first is not None
+        assert first <= chores.now
+
+        pruner = Pruner(direct.db)
+        keep = timedelta(days=30)
+        look = (chores.now, chores.oldest_fire)
+        assert pruner.pace(keep, 0.0, look) is None  # nothing older than 30 days: no pass
+        assert pruner.resume_at == 0.0  # and no pause: the next look decides again
+        far = (chores.now + timedelta(days=31), chores.oldest_fire)
+        step = pruner.pace(keep, 0.0, far)  # the same row 31 days on: a pass runs
+        assert step is not None
+        assert step.scanned >= 1
+        assert task.id is not None
+    finally:
+        claimer.close()
