@@ -28,15 +28,18 @@ import json
 import os
 import sys
 import time
+from datetime import datetime, timezone
 from typing import Any
 
-from comparison import SUBJECTS, django_beat, harness, report
+from comparison import SUBJECTS, django_beat, harness, live, report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/14"
+DEFAULT_BROKER = "redis://127.0.0.1:6379/13"
 SCHEDULERS = tuple(SUBJECTS)
+PHASES = ("series", "dispatch", "lateness", "edit")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -71,6 +74,29 @@ def main(argv: list[str] | None = None) -> int:
         help="Django CONN_MAX_AGE for django-celery-beat: seconds, or 'none' for persistent "
         "connections (default 0, Django's default)",
     )
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help="series (memory:// broker, every N) and the Redis-broker measurements: "
+        "dispatch, lateness, edit",
+    )
+    parser.add_argument(
+        "--broker", default=DEFAULT_BROKER, help="Redis database the live phases publish to"
+    )
+    parser.add_argument(
+        "--dispatch-tasks", type=int, default=10_000, help="tasks due at once (dispatch)"
+    )
+    parser.add_argument("--late-tasks", type=int, default=1_000, help="tasks (lateness)")
+    parser.add_argument(
+        "--late-window", type=float, default=60.0, help="seconds their fires spread over"
+    )
+    parser.add_argument("--edits", type=int, default=20, help="edits made one by one (edit)")
+    parser.add_argument("--edit-tasks", type=int, default=1_000, help="tasks stored (edit)")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the results in --out of what this run does not measure",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch databases")
     parser.add_argument("--plot-only", action="store_true", help="redraw from --out")
     parser.add_argument(
@@ -79,7 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--measure", nargs=3, metavar=("SCHEDULER", "TARGET", "N"), help=argparse.SUPPRESS
     )
+    parser.add_argument("--fill-spread", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--live", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--observe", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--editor", nargs=4, help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
+    live.SCRIPT[:] = [os.path.abspath(__file__)]
     subjects = list(SUBJECTS.values())
     age = opts.django_conn_max_age.strip().lower()
     if age != "none" and not age.isdigit():
@@ -89,6 +120,34 @@ def main(argv: list[str] | None = None) -> int:
     if opts.fill:
         name, target, n = opts.fill
         print(json.dumps(harness.fill(SUBJECTS[name].driver, target, int(n))))
+        return 0
+    if opts.fill_spread:
+        name, target, t0, window, count = opts.fill_spread
+        fires = live.spread(datetime.fromisoformat(t0), float(window), int(count))
+        t = time.perf_counter()
+        SUBJECTS[name].driver.fill_spread(target, fires, datetime.now(timezone.utc))
+        print(json.dumps({"fill_s": time.perf_counter() - t}))
+        return 0
+    if opts.live:
+        phase, name, target, *rest = opts.live
+        driver = SUBJECTS[name].driver
+        if phase == "dispatch":
+            figures = live.dispatch(driver, target, int(rest[0]), opts.budget, opts.broker)
+        elif phase == "lateness":
+            t0, window, count = rest
+            fires = live.spread(datetime.fromisoformat(t0), float(window), int(count))
+            figures = live.lateness(driver, target, fires, opts.broker)
+        else:
+            figures = live.edit(driver, target, int(rest[0]), opts.broker)
+        print(json.dumps(figures))
+        return 0
+    if opts.observe:
+        broker, count, until = opts.observe
+        live.observe(broker, int(count), float(until))
+        return 0
+    if opts.editor:
+        name, target, broker, edits = opts.editor
+        live.run_editor(SUBJECTS[name].driver, target, broker, int(edits))
         return 0
     if opts.measure:
         name, target, n = opts.measure
@@ -113,28 +172,75 @@ def main(argv: list[str] | None = None) -> int:
                 f"missing in {sys.executable}: {', '.join(missing) or 'matplotlib'}; "
                 "run `make bench-compare` (it installs them into .venv-bench)"
             )
+        phases = [p.strip() for p in opts.phases.split(",") if p.strip()]
+        if set(phases) - set(PHASES):
+            parser.error(f"unknown phase(s) in {opts.phases!r}; choose from {PHASES}")
         sizes = parse_sizes(opts.sizes)
         ours = parse_sizes(opts.cronstore_sizes) if opts.cronstore_sizes else sizes
+        environment = report.environment(opts, subjects)
+        series_settings = {
+            "sizes": sizes,
+            "cronstore_sizes": ours,
+            "ticks": opts.ticks,
+            "idle_seconds": opts.idle_seconds,
+            "budget_s": opts.budget,
+            "broker": "memory://",
+            "django_conn_max_age": django_beat.CONN_MAX_AGE,
+        }
+        live_settings = {
+            "broker": opts.broker,
+            "queue": live.QUEUE,
+            "budget_s": opts.budget,
+            "dispatch_tasks": opts.dispatch_tasks,
+            "late_tasks": opts.late_tasks,
+            "late_window_s": opts.late_window,
+            "late_lead_s": live.LEAD,
+            "late_grace_s": live.GRACE,
+            "edits": opts.edits,
+            "edit_tasks": opts.edit_tasks,
+        }
+        old: dict[str, Any] = {}
+        if opts.merge and os.path.exists(opts.out):
+            with open(opts.out, encoding="utf-8") as handle:
+                old = json.load(handle)
+        ran_series = "series" in phases
+        live_phases = [p for p in phases if p != "series"]
         data: dict[str, Any] = {
-            "environment": report.environment(opts, subjects),
-            "settings": {
-                "sizes": sizes,
-                "cronstore_sizes": ours,
-                "ticks": opts.ticks,
-                "idle_seconds": opts.idle_seconds,
-                "budget_s": opts.budget,
-                "broker": "memory://",
-                "django_conn_max_age": django_beat.CONN_MAX_AGE,
-            },
-            "results": [],
+            "environment": environment if ran_series else old.get("environment", environment),
+            "settings": series_settings if ran_series else old.get("settings", series_settings),
+            "results": [
+                p for p in old.get("results", []) if not (ran_series and p["scheduler"] in chosen)
+            ],
+            "live_environment": environment
+            if live_phases
+            else old.get("live_environment", environment),
+            "live_settings": live_settings
+            if live_phases
+            else old.get("live_settings", live_settings),
+            "live": [
+                p
+                for p in old.get("live", [])
+                if not (p["scheduler"] in chosen and p["phase"] in live_phases)
+            ],
         }
         started = time.perf_counter()
         # What every child process is started with, before its --fill or --measure.
         child = [os.path.abspath(__file__), "--django-conn-max-age", age]
         for name in chosen:
-            sizes_of = ours if name == "cronstore" else sizes
-            data["results"] += harness.series(SUBJECTS[name].driver, sizes_of, opts, child)
-        data["environment"]["total_s"] = round(time.perf_counter() - started)
+            driver = SUBJECTS[name].driver
+            if ran_series:
+                sizes_of = ours if name == "cronstore" else sizes
+                data["results"] += harness.series(driver, sizes_of, opts, child)
+            if live_phases:
+                data["live"] += live.series(driver, live_phases, opts, child)
+        order = {key: i for i, key in enumerate(SUBJECTS)}
+        data["results"].sort(key=lambda p: (order.get(p["scheduler"], 99), p["n"]))
+        data["live"].sort(key=lambda p: (order.get(p["scheduler"], 99), PHASES.index(p["phase"])))
+        took = round(time.perf_counter() - started)
+        if ran_series:
+            data["environment"]["total_s"] = took
+        if live_phases:
+            data["live_environment"]["total_s"] = took
         os.makedirs(os.path.dirname(opts.out), exist_ok=True)
         with open(opts.out, "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=1)

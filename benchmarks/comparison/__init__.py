@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import Driver
-from .cronstore import Cronstore
+from .cronstore import Cronstore, CronstoreSQLite
 from .django_beat import Django
 from .redis_beat import RedBeat
 from .sqlalchemy_beat import SQLAlchemyBeat
@@ -45,6 +45,14 @@ SUBJECTS: dict[str, Subject] = {
     subject.key: subject
     for subject in (
         Subject(Cronstore, "celery-cronstore", "celery_cronstore", "tab:green", "o"),
+        Subject(
+            CronstoreSQLite,
+            "celery-cronstore (SQLite)",
+            "celery_cronstore",
+            "tab:olive",
+            "v",
+            package="celery-cronstore",
+        ),
         Subject(Django, "django-celery-beat", "django_celery_beat", "tab:blue", "s"),
         Subject(
             SQLAlchemyBeat, "sqlalchemy-celery-beat", "sqlalchemy_celery_beat", "tab:orange", "^"

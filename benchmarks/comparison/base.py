@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 #: The filled tasks fire at minute (fill minute + MINUTE_GAP + i % MINUTE_SPREAD) of every
@@ -20,6 +20,9 @@ MINUTE_SPREAD = 40
 TASKS = ("bench.noop", "bench.report", "bench.cleanup", "bench.sync")
 #: The K tasks of the dispatch measurement are made due by moving their last run back.
 DUE_LAST_RUN = timedelta(hours=2)
+#: The period (seconds) of the tasks of the lateness and edit measurements: each fires
+#: once within a measurement.
+HOUR = 3600
 
 
 def task_name(i: int) -> str:
@@ -32,6 +35,11 @@ def task_of(i: int) -> str:
 
 def minute_of(i: int, fill_time: datetime) -> int:
     return (fill_time.minute + MINUTE_GAP + i % MINUTE_SPREAD) % 60
+
+
+def format_instant(at: datetime) -> str:
+    """Return ``at`` as an ISO-8601 UTC instant with microseconds (``...T09:00:05.250000Z``)."""
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def minutes_used(n: int, fill_time: datetime) -> set[int]:
@@ -64,6 +72,23 @@ class Driver:
     def make_due(app: Any, target: str, names: list[str], last_run: datetime) -> None:
         """Store ``last_run`` as the last run of the tasks ``names``, the scheduler's way."""
         raise NotImplementedError
+
+    @staticmethod
+    def fill_spread(target: str, fires: list[datetime], now: datetime) -> None:
+        """Replace the store's content with one hourly task per instant of ``fires``: task
+        ``i`` is first due at ``fires[i]`` and carries the argument ``i``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def edit_due(target: str, name: str, when: datetime) -> tuple[float, float]:
+        """Change the schedule of task ``name`` so that it falls due at ``when`` (about now),
+        the way an admin process would, committed; return ``time.time()`` before the
+        change started and after its commit returned."""
+        raise NotImplementedError
+
+    @staticmethod
+    def block_in_tick(allowed: bool) -> None:
+        """Whether ``tick()`` may wait for a change inside (only celery-cronstore does)."""
 
     @classmethod
     @contextmanager

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from .base import Driver, minute_of, minutes_used, task_name, task_of
+from .base import HOUR, Driver, minute_of, minutes_used, task_name, task_of
 
 #: Django's CONN_MAX_AGE (``--django-conn-max-age``; None: persistent connections).
 CONN_MAX_AGE: int | None = 0
@@ -75,6 +75,60 @@ class Django(Driver):
             batch_size=5000,
         )
         PeriodicTasks.update_changed()  # bulk_create sends no signals
+
+    @staticmethod
+    def fill_spread(target: str, fires: list[datetime], now: datetime) -> None:
+        # Celery's interval schedule: due at last_run_at + every.
+        setup(target)
+        from django.core.management import call_command
+        from django.db import connection
+        from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
+
+        call_command("migrate", "django_celery_beat", verbosity=0)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "TRUNCATE django_celery_beat_periodictask, django_celery_beat_intervalschedule,"
+                " django_celery_beat_crontabschedule, django_celery_beat_periodictasks"
+                " RESTART IDENTITY CASCADE"
+            )
+        hourly = IntervalSchedule.objects.create(every=HOUR, period=IntervalSchedule.SECONDS)
+        PeriodicTask.objects.bulk_create(
+            (
+                PeriodicTask(
+                    name=task_name(i),
+                    task=task_of(i),
+                    interval=hourly,
+                    args=f"[{i}]",
+                    last_run_at=at - timedelta(seconds=HOUR),
+                )
+                for i, at in enumerate(fires)
+            ),
+            batch_size=5000,
+        )
+        PeriodicTasks.update_changed()
+
+    @staticmethod
+    def edit_due(target: str, name: str, when: datetime) -> tuple[float, float]:
+        # What an admin form does: switch the task to an hourly interval last run an hour
+        # ago; save() bumps the change marker.
+        import time
+
+        from django.conf import settings
+
+        if not settings.configured:
+            setup(target)
+        from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+        before = time.time()
+        hourly, _ = IntervalSchedule.objects.get_or_create(
+            every=HOUR, period=IntervalSchedule.SECONDS
+        )
+        task = PeriodicTask.objects.get(name=name)
+        task.crontab = None
+        task.interval = hourly
+        task.last_run_at = when - timedelta(seconds=HOUR)
+        task.save()
+        return before, time.time()
 
     @staticmethod
     def load(app: Any, target: str) -> Any:

@@ -53,12 +53,30 @@ def fill(driver: type[Driver], target: str, n: int) -> dict[str, Any]:
     return {"fill_s": time.perf_counter() - t, "fill_time": now.isoformat()}
 
 
+def make_app(broker: str, queue: str | None = None) -> Any:
+    """Return the Celery app every scheduler's beat runs on (the same settings for all)."""
+    from celery import Celery
+
+    app = Celery("compare", broker=broker, set_as_current=True)
+    app.conf.update(
+        timezone="UTC",
+        enable_utc=True,
+        result_expires=None,  # no built-in celery.backend_cleanup entry for anyone
+        beat_max_loop_interval=5,
+        broker_connection_retry_on_startup=True,
+    )
+    if queue is not None:
+        app.conf.task_default_queue = queue
+    for task in TASKS:  # registered: every scheduler sends through Task.apply_async
+        app.task(name=task)(noop)
+    return app
+
+
 def measure(
     driver: type[Driver], target: str, n: int, ticks: int, idle_s: float, budget: float
 ) -> dict[str, Any]:
     """Build the scheduler in this fresh process and measure it; return the figures."""
     started = time.perf_counter()
-    from celery import Celery
     from celery.signals import after_task_publish
 
     out: dict[str, Any] = {}
@@ -68,18 +86,10 @@ def measure(
         sent[0] += 1
 
     after_task_publish.connect(count, weak=False)
-    app = Celery("compare", broker="memory://", set_as_current=True)
-    app.conf.update(
-        timezone="UTC",
-        enable_utc=True,
-        result_expires=None,  # no built-in celery.backend_cleanup entry for anyone
-        beat_max_loop_interval=5,
-        broker_connection_retry_on_startup=True,
-    )
-    for task in TASKS:  # registered: every scheduler sends through Task.apply_async
-        app.task(name=task)(noop)
+    app = make_app("memory://")
     # Beat imports the scheduler class before it builds it: not part of the startup figure.
     cls = driver.load(app, target)
+    driver.block_in_tick(False)  # bare ticks are timed, not the sleeps after them
     out["rss_base_mb"] = status_mb("VmRSS")
     out["import_s"] = time.perf_counter() - started
 
@@ -129,6 +139,7 @@ def measure(
     # storing it), then run beat's loop (tick, sleep what it asks) until K were sent.
     k = min(n, 1000)
     names = [task_name(i) for i in range(k)]
+    driver.block_in_tick(True)
     t = time.perf_counter()
     driver.make_due(app, target, names, datetime.now(UTC) - DUE_LAST_RUN)
     out["make_due_s"] = time.perf_counter() - t

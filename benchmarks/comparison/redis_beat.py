@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from .base import Driver, minute_of, task_name, task_of
+from .base import HOUR, Driver, minute_of, task_name, task_of
 
 #: RedBeat's key prefix here; only keys under it are written or deleted.
 PREFIX = "cronstore-compare:"
@@ -59,6 +59,56 @@ class RedBeat(Driver):
                 app=app,
                 last_run_at=now,  # without it RedBeat treats an entry as never run: due
             ).save()
+
+    @staticmethod
+    def fill_spread(target: str, fires: list[datetime], now: datetime) -> None:
+        from celery import Celery
+        from celery.schedules import schedule
+        from redbeat import RedBeatSchedulerEntry
+
+        app = Celery("compare-fill", broker="memory://", set_as_current=True)
+        app.conf.update(timezone="UTC", enable_utc=True)
+        configure(app, target)
+        clear(app)
+        hourly = schedule(timedelta(seconds=HOUR))
+        for i, at in enumerate(fires):
+            RedBeatSchedulerEntry(
+                task_name(i),
+                task_of(i),
+                hourly,
+                args=[i],
+                app=app,
+                last_run_at=at - timedelta(seconds=HOUR),
+            ).save()
+
+    @staticmethod
+    def edit_due(target: str, name: str, when: datetime) -> tuple[float, float]:
+        # RedBeat's API: save the entry with its new schedule (save() leaves an existing
+        # last run alone), then reschedule() it to have run an hour ago.
+        import time
+
+        from celery import Celery
+        from celery.schedules import schedule
+        from redbeat import RedBeatSchedulerEntry
+        from redbeat.schedulers import ensure_conf
+
+        app = Celery("compare-edit", broker="memory://", set_as_current=False)
+        app.conf.update(timezone="UTC", enable_utc=True)
+        configure(app, target)
+        ensure_conf(app)
+        before = time.time()
+        key = RedBeatSchedulerEntry.generate_key(app, name)
+        current = RedBeatSchedulerEntry.from_key(key, app=app)
+        edited = RedBeatSchedulerEntry(
+            name,
+            current.task,
+            schedule(timedelta(seconds=HOUR)),
+            args=current.args,
+            kwargs=current.kwargs,
+            app=app,
+        ).save()
+        edited.reschedule(last_run_at=when - timedelta(seconds=HOUR))
+        return before, time.time()
 
     @staticmethod
     def load(app: Any, target: str) -> Any:

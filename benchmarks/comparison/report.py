@@ -35,6 +35,10 @@ def environment(opts: argparse.Namespace, subjects: Sequence[Subject]) -> dict[s
     }
     for subject in subjects:
         info[subject.distribution] = version(subject.distribution)
+    import celery_cronstore
+
+    # Which celery-cronstore was measured: a checkout on PYTHONPATH, or this tree.
+    info["celery-cronstore from"] = os.path.dirname(os.path.dirname(celery_cronstore.__file__))
     engine = sa.create_engine(opts.pg_admin)
     with engine.connect() as conn:
         info["PostgreSQL"] = str(conn.exec_driver_sql("SHOW server_version").scalar_one()).split()[
@@ -94,7 +98,74 @@ def tables(data: dict[str, Any], subjects: Sequence[Subject]) -> str:
             )
         if rows:
             parts.append(f"### {subject.label}\n\n{table(headers, rows)}")
+    if data.get("live"):
+        parts.append(live_table(data, subjects))
     return "\n\n".join(parts)
+
+
+def last_line(text: Any) -> str:
+    lines = str(text or "").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def live_table(data: dict[str, Any], subjects: Sequence[Subject]) -> str:
+    """Return the Markdown table of the Redis-broker measurements, one row per scheduler."""
+    from _common import table  # benchmarks/ is on the path: compare.py runs
+
+    settings = data.get("live_settings", {})
+    headers = (
+        "scheduler",
+        f"dispatch {settings.get('dispatch_tasks', 0):,} s (ticks)",
+        "dispatch CPU s",
+        f"lateness p50 / p99 / max ms ({settings.get('late_tasks', 0):,} in "
+        f"{settings.get('late_window_s', 0):.0f} s)",
+        "lateness at the signal p50 / p99 ms",
+        f"edit seen p50 / p99 / max ms ({settings.get('edits', 0)} edits)",
+        "edit call ms",
+        "load",
+    )
+
+    def ms3(p: dict[str, Any] | None, prefix: str, count: int = 3) -> str:
+        if p is None:
+            return "-"
+        keys = ("p50", "p99", "max")[:count]
+        text = " / ".join(
+            fmt(p.get(f"{prefix}_{k}_ms"), ".0f" if prefix != "x" else ".1f") for k in keys
+        )
+        if p.get("status") not in ("ok", None):
+            text += f" ({p['status']}: {last_line(p.get('reason'))})"
+        return text
+
+    rows = []
+    for subject in subjects:
+        points = {p["phase"]: p for p in data["live"] if p["scheduler"] == subject.key}
+        if not points:
+            continue
+        d = points.get("dispatch")
+        if d is None:
+            dispatch = "-"
+        elif d.get("dispatch_s") is not None:
+            dispatch = f"{d['dispatch_s']:.2f} ({d.get('dispatch_ticks', 0):,})"
+        elif d.get("dispatch_elapsed_s") is not None:
+            dispatch = f"> budget: {d.get('sent', 0):,} sent in {d['dispatch_elapsed_s']:.0f} s"
+        else:
+            dispatch = f"{d.get('status', '?')}: {last_line(d.get('reason'))}"
+        loads = [
+            v for p in points.values() for v in (p.get("load_before"), p.get("load_after")) if v
+        ]
+        rows.append(
+            [
+                subject.label,
+                dispatch,
+                fmt(None if d is None else d.get("dispatch_cpu_s"), ".2f"),
+                ms3(points.get("lateness"), "late"),
+                ms3(points.get("lateness"), "late_signal", 2).split(" (")[0],
+                ms3(points.get("edit"), "edit"),
+                fmt(points.get("edit", {}).get("edit_call_ms"), ".1f"),
+                f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-",
+            ]
+        )
+    return f"### Real Redis broker\n\n{table(headers, rows)}"
 
 
 def plots(data: dict[str, Any], folder: str, subjects: Sequence[Subject]) -> list[str]:
@@ -179,7 +250,9 @@ def plots(data: dict[str, Any], folder: str, subjects: Sequence[Subject]) -> lis
         plt.close(fig)
         return path
 
+    paths = [live_plot(data, folder, subjects, note)] if data.get("live") else []
     return [
+        *paths,
         draw(
             "compare-tick.png",
             "Idle tick (nothing due): median time of one tick()",
@@ -207,3 +280,61 @@ def plots(data: dict[str, Any], folder: str, subjects: Sequence[Subject]) -> lis
             "startup_s",
         ),
     ]
+
+
+def live_plot(data: dict[str, Any], folder: str, subjects: Sequence[Subject], note: str) -> str:
+    """Draw the Redis-broker figures (dispatch, lateness, edit) side by side as bars."""
+    import matplotlib.pyplot as plt
+
+    settings = data.get("live_settings", {})
+    env = data.get("live_environment", {})
+    note = f"PostgreSQL {env.get('PostgreSQL')} / Redis {env.get('Redis')}, {env.get('date')}"
+    panels = (
+        (
+            "dispatch",
+            f"{settings.get('dispatch_tasks', 0):,} tasks due at once\n(s until all published)",
+            lambda p: p.get("dispatch_s") or p.get("dispatch_elapsed_s"),
+            lambda p: p.get("dispatch_s") is None,
+        ),
+        (
+            "lateness",
+            f"lateness p99, {settings.get('late_tasks', 0):,} tasks in "
+            f"{settings.get('late_window_s', 0):.0f} s\n(s after the fire time)",
+            lambda p: None if p.get("late_p99_ms") is None else p["late_p99_ms"] / 1e3,
+            lambda p: p.get("status") != "ok",
+        ),
+        (
+            "edit",
+            "edit seen, p50 (bar) and max (tick)\n(s from commit to publish)",
+            lambda p: None if p.get("edit_p50_ms") is None else p["edit_p50_ms"] / 1e3,
+            lambda p: p.get("status") != "ok",
+        ),
+    )
+    shown = [s for s in subjects if any(p["scheduler"] == s.key for p in data["live"])]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 0.55 * len(shown) + 2.2), dpi=110, sharey=True)
+    for ax, (phase, title, value, partial) in zip(axes, panels, strict=True):
+        for row, subject in enumerate(shown):
+            point = next(
+                (p for p in data["live"] if p["scheduler"] == subject.key and p["phase"] == phase),
+                None,
+            )
+            v = None if point is None else value(point)
+            if v is None or point is None:
+                continue
+            hatch = "//" if partial(point) else None
+            ax.barh(row, v, color=subject.color, hatch=hatch, edgecolor="white")
+            label = f"{v:.3g} s" if not partial(point) else f"> {v:.0f} s"
+            ax.annotate(label, (v, row), xytext=(3, -3), textcoords="offset points", fontsize=8)
+            if phase == "edit" and point.get("edit_max_ms") is not None:
+                ax.plot([point["edit_max_ms"] / 1e3], [row], marker="|", color="black", ms=14)
+        ax.set_xscale("log")
+        ax.set_title(title, fontsize=9.5)
+        ax.grid(True, axis="x", which="major", alpha=0.4)
+    axes[0].set_yticks(range(len(shown)), [s.label for s in shown])
+    axes[0].invert_yaxis()
+    fig.text(0.99, 0.01, note, ha="right", va="bottom", fontsize=7, color="gray")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    path = os.path.join(folder, "compare-live.png")
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path
