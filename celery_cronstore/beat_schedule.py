@@ -11,9 +11,21 @@ from celery_cronstore.errors import CronstoreError, DuplicateTaskError
 from celery_cronstore.store import Store
 from celery_cronstore.timers import Timer, parse_timer
 
-__all__ = ["sync_beat_schedule", "timer_from_entry"]
+__all__ = ["ENTRY_POLICIES", "sync_beat_schedule", "timer_from_entry"]
 
 logger = logging.getLogger("celery.beat")
+
+#: What an entry's ``"cronstore"`` mapping may set, and the value a key left out means
+#: (the entry describes the task: a key removed from it goes back to its default).
+ENTRY_POLICIES: dict[str, Any] = {
+    "misfire_policy": "run_once",
+    "misfire_limit": 100,
+    "start_deadline": None,
+    "overlap_policy": "allow",
+    "abandon_policy": "leave",
+    "tolerance": None,
+    "max_retries": 0,
+}
 
 
 def _interval(seconds: float, name: str) -> str:
@@ -63,7 +75,8 @@ def sync_beat_schedule(store: Store, app: Any) -> None:
 
     Entries are added or updated; stored ``config`` tasks no longer in the setting are
     removed; a bad entry is logged and skipped; a stored task of another source with the
-    same name is left alone.
+    same name is left alone. An entry's optional ``"cronstore"`` mapping sets the task's
+    policies (:data:`ENTRY_POLICIES`, e.g. ``{"abandon_policy": "rerun"}``).
     """
     wanted = app.conf.beat_schedule or {}
     zone = str(app.conf.timezone or "UTC")
@@ -78,6 +91,23 @@ def sync_beat_schedule(store: Store, app: Any) -> None:
             store.remove(stale.name)
 
 
+def _policies(name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """Return the periodic task's policies an entry's ``"cronstore"`` mapping sets."""
+    given = entry.get("cronstore") or {}
+    if not isinstance(given, dict):
+        raise ValueError(
+            f"beat_schedule entry {name!r}: 'cronstore' must be a mapping of policies, "
+            f"got {type(given).__name__}"
+        )
+    unknown = sorted(str(k) for k in given if k not in ENTRY_POLICIES)
+    if unknown:
+        raise ValueError(
+            f"beat_schedule entry {name!r}: unknown 'cronstore' key(s) {', '.join(unknown)} "
+            f"(known: {', '.join(ENTRY_POLICIES)})"
+        )
+    return {**ENTRY_POLICIES, **given}
+
+
 def _sync_entry(store: Store, name: str, entry: dict[str, Any], zone: str) -> None:
     timer = timer_from_entry(name, entry["schedule"], zone)
     fields: dict[str, Any] = {
@@ -85,6 +115,7 @@ def _sync_entry(store: Store, name: str, entry: dict[str, Any], zone: str) -> No
         "args": list(entry.get("args") or ()),
         "kwargs": dict(entry.get("kwargs") or {}),
         "options": dict(entry.get("options") or {}),
+        **_policies(name, entry),
     }
     try:
         current = store.get(name)

@@ -24,7 +24,7 @@ from celery_cronstore.cli.base import (
 )
 from celery_cronstore.cli.group import cronstore
 from celery_cronstore.config import Config
-from celery_cronstore.records import MISFIRE_POLICIES, OVERLAP_POLICIES
+from celery_cronstore.records import ABANDON_POLICIES, MISFIRE_POLICIES, OVERLAP_POLICIES
 from celery_cronstore.store import PeriodicTask, Store
 from celery_cronstore.timers import KINDS, parse_timer
 
@@ -100,6 +100,12 @@ def _definition_options(*, edit: bool) -> Callable[[F], F]:
             "--start-deadline", type=click.FloatRange(min=0), help="Seconds late a fire may start."
         ),
         click.option("--overlap-policy", type=click.Choice(OVERLAP_POLICIES)),
+        click.option(
+            "--abandon-policy",
+            type=click.Choice(ABANDON_POLICIES),
+            help="A started fire whose worker went silent: leave it abandoned (default), or "
+            "rerun it once under the same task id.",
+        ),
         click.option(
             "--force",
             is_flag=True,

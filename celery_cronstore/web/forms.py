@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from celery_cronstore.errors import TimerError, TimerSyntaxError
+from celery_cronstore.records import ABANDON_POLICIES, MISFIRE_POLICIES, OVERLAP_POLICIES
 from celery_cronstore.store import PeriodicTask
 from celery_cronstore.store.read import TaskQuery
 from celery_cronstore.timers import parse_timer
@@ -21,7 +22,11 @@ from celery_cronstore.web.render import fmt_local, fmt_utc
 __all__ = ["POLICIES", "blank", "changes", "preview", "store_error", "submitted", "task_query"]
 
 #: The policy choices the form offers (the store validates them again).
-POLICIES = {"misfire_policy": ("run_once", "run_all", "skip"), "overlap_policy": ("allow", "skip")}
+POLICIES = {
+    "misfire_policy": MISFIRE_POLICIES,
+    "overlap_policy": OVERLAP_POLICIES,
+    "abandon_policy": ABANDON_POLICIES,
+}
 FIELDS = (
     "name",
     "task",
@@ -34,6 +39,7 @@ FIELDS = (
     "description",
     "misfire_policy",
     "overlap_policy",
+    "abandon_policy",
     "start_deadline",
     "tolerance",
     "version",
@@ -108,6 +114,7 @@ def values_of(task: PeriodicTask) -> dict[str, str]:
         "description": task.description,
         "misfire_policy": task.misfire_policy,
         "overlap_policy": task.overlap_policy,
+        "abandon_policy": task.abandon_policy,
         "start_deadline": "" if task.start_deadline is None else f"{task.start_deadline:g}",
         "tolerance": "" if task.tolerance is None else f"{task.tolerance:g}",
         "version": str(task.version),
@@ -125,6 +132,7 @@ def blank() -> dict[str, str]:
         options="{}",
         misfire_policy="run_once",
         overlap_policy="allow",
+        abandon_policy="leave",
         enabled="on",
     )
     return values
@@ -147,6 +155,8 @@ def changes(values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
         "misfire_policy": values["misfire_policy"],
         "overlap_policy": values["overlap_policy"],
     }
+    if values["abandon_policy"]:  # a form without the field keeps the stored policy
+        out["abandon_policy"] = values["abandon_policy"]
     if not out["task"]:
         errors["task"] = "the Celery task name is required"
     for key, want in (("args", list), ("kwargs", dict), ("options", dict)):

@@ -216,6 +216,21 @@ def test_edit_enable_disable(run: Run, store: Store) -> None:
     assert (store.get("a").tz, store.get("a").owner) == ("Europe/Paris", ("team", "7"))
 
 
+def test_abandon_policy_option(run: Run, store: Store) -> None:
+    run("add", "a", "--task", "t", "--timer", "every 5m", "--abandon-policy", "rerun")
+    assert store.get("a").abandon_policy == "rerun"
+    assert "abandon_policy:  rerun" in run("show", "a").output
+    assert as_json(run("--json", "edit", "a", "--abandon-policy", "leave"))["abandon_policy"] == (
+        "leave"
+    )
+    run("edit", "a", "--timer", "every 10m")  # not given: unchanged
+    assert store.get("a").abandon_policy == "leave"
+    refused = run("edit", "a", "--abandon-policy", "twice", code=2).output
+    assert "'twice' is not one of 'leave', 'rerun'" in refused
+    run("add", "b", "--task", "t", "--timer", "every 5m")
+    assert store.get("b").abandon_policy == "leave"
+
+
 def test_remove_and_remove_owned_by(run: Run, store: Store) -> None:
     for name, owner in (("a", "tenant:1"), ("b", "tenant:1"), ("c", "tenant:2")):
         run("add", name, "--task", "t", "--timer", "every 1h", "--owner", owner)

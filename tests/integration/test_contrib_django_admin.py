@@ -222,6 +222,7 @@ def form_of(store: Store, current: str, /, **changes: str) -> dict[str, str]:
         "misfire_policy": task.misfire_policy,
         "misfire_limit": str(task.misfire_limit),
         "overlap_policy": task.overlap_policy,
+        "abandon_policy": task.abandon_policy,
         "start_deadline": "",
         "tolerance": "",
         "max_retries": "0",
@@ -272,6 +273,20 @@ def test_a_good_edit_replans_the_next_run(client: Any, store: Store) -> None:
     assert after.next_run != before.next_run
     assert after.version == before.version + 1
     assert "fires next at" in text_of(client.get(response["Location"]))
+
+
+def test_the_abandon_policy_is_edited_through_the_store(client: Any, store: Store) -> None:
+    seed(store)
+    url = f"{URL}{pk_of(store, 'poll-1')}/change/"
+    assert 'name="abandon_policy"' in client.get(url).content.decode()
+    response = client.post(url, form_of(store, "poll-1", abandon_policy="rerun"))
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert store.get("poll-1").abandon_policy == "rerun"
+    bad = client.post(url, form_of(store, "poll-1", abandon_policy="twice"))
+    assert bad.status_code == 200
+    errors = bad.context["adminform"].form.errors
+    assert "twice is not one of the available choices" in errors["abandon_policy"][0]
+    assert store.get("poll-1").abandon_policy == "rerun"
 
 
 def test_adding_a_taken_name_is_a_field_error(client: Any, store: Store) -> None:
@@ -393,3 +408,6 @@ def test_cronstore_migrate_and_no_django_schema(client: Any, store: Store) -> No
     sql = StringIO()
     call_command("sqlmigrate", "cronstore", "0001", stdout=sql)
     assert "CREATE TABLE" not in sql.getvalue().upper()
+    added = StringIO()
+    call_command("sqlmigrate", "cronstore", "0002", stdout=added)
+    assert "ALTER TABLE" not in added.getvalue().upper()

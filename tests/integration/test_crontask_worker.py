@@ -96,6 +96,19 @@ def plain(self, fail=False):
     return {"plain": True}
 
 
+@app.task(base=CronTask, bind=True, name="ct.flaky_host")
+def flaky_host(self):
+    """The first run of a fire notes its process id and sleeps (a child to kill); a
+    re-run of the same fire notes it too and ends at once."""
+    log = HERE / "flaky.txt"
+    seen = log.read_text().split().count(self.request.id) if log.exists() else 0
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(f"{self.request.id} {os.getpid()}\\n")
+    if not seen:
+        time.sleep(60)
+    return "done"
+
+
 @app.task(base=CronTask, bind=True, name="ct.count")
 def count(self):
     """Appends one line per body execution (to count runs of the body)."""
@@ -373,3 +386,88 @@ def _json(value: Any) -> str:
     import json
 
     return json.dumps(value)
+
+
+def test_abandon_policy_rerun_publishes_a_killed_child_s_fire_again_once(worker: Worker) -> None:
+    """A real beat and a real prefork worker: kill -9 of the child running a fire of a task
+    with abandon policy ``rerun`` gets it recorded abandoned, published again by beat under
+    the same task id, started exactly once more (a duplicate delivery is refused) and
+    finished; with ``leave`` the killed fire stays abandoned and never runs again."""
+    store = worker.store
+    for task in store.list():  # beat publishes what is due: only this test's tasks
+        store.disable(task.name)
+    start = store.now() + timedelta(seconds=3)
+    once = start.strftime("%Y-%m-%d %H:%M:%S.%f")
+    store.add("rerun-me", task="ct.flaky_host", timer=once, abandon_policy="rerun")
+    store.add("leave-me", task="ct.flaky_host", timer=once)
+    log = worker.dir / "flaky.txt"
+
+    def runs() -> list[tuple[str, int]]:
+        words = log.read_text().split() if log.exists() else []
+        return [(words[i], int(words[i + 1])) for i in range(0, len(words) - 1, 2)]
+
+    url = store.engine.url.render_as_string(hide_password=False)
+    env = dict(os.environ, CT_DIR=str(worker.dir), CT_STORE=url)
+    env["PYTHONPATH"] = os.pathsep.join([str(worker.dir), str(ROOT), env.get("PYTHONPATH", "")])
+    beat_log = worker.dir / "beat.log"
+    with open(beat_log, "wb") as out:
+        beat = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "celery", "-A", "crontask_worker_app", "beat"),
+                *("-S", "celery_cronstore.Scheduler", "--loglevel", "INFO"),
+            ],
+            cwd=worker.dir,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        first = worker.wait(lambda: len(runs()) >= 2 and runs(), "both first runs to start", 30)
+        ids = {store.get(name).id: name for name in ("rerun-me", "leave-me")}
+        fires = {ids[f.periodic_task_id]: f for f in map(_fire_of(store), first)}
+        for _task_id, pid in first:
+            os.kill(pid, signal.SIGKILL)
+        again, left = fires["rerun-me"].task_id, fires["leave-me"].task_id
+
+        def rerun_done() -> Fire | None:
+            fire = store.fire_by_task_id(again)
+            return fire if fire is not None and fire.state == "succeeded" else None
+
+        fire: Fire = worker.wait(rerun_done, "the re-run to succeed", 40)
+        assert (fire.reruns, fire.attempts, fire.result) == (1, 2, "done")
+        assert fire.reason is not None
+        assert "published again under the same task id" in fire.reason
+        # A duplicate delivery of the re-run is refused by the guard.
+        worker.app.send_task(
+            "ct.flaky_host",
+            task_id=again,
+            headers={"cronstore_name": "rerun-me", "cronstore_fire_time": once},
+        )
+        worker.wait(lambda: f"[{again}] duplicate" in worker.logs(), "the duplicate refused")
+        kept = store.fire_by_task_id(left)
+        assert kept is not None
+        assert (kept.state, kept.reruns, kept.attempts) == ("abandoned", 0, 1)
+        assert kept.reason == (
+            f"its worker {kept.node} stopped reporting on the run "
+            "(killed, or cut off from the database)"
+        )
+        # The body ran twice for the re-run fire (killed, then once more), once for the other.
+        assert [task_id for task_id, _ in runs()].count(again) == 2
+        assert [task_id for task_id, _ in runs()].count(left) == 1
+    finally:
+        beat.send_signal(signal.SIGTERM)
+        try:
+            beat.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(beat.pid, signal.SIGKILL)
+            beat.wait(timeout=10)
+
+
+def _fire_of(store: Store) -> Callable[[tuple[str, int]], Fire]:
+    def fire_of(run: tuple[str, int]) -> Fire:
+        fire = store.fire_by_task_id(run[0])
+        assert fire is not None
+        return fire
+
+    return fire_of

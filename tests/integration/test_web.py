@@ -271,6 +271,33 @@ def test_add_task_form(store: Store, client: Client) -> None:
     assert "already exists" in html(duplicate)
 
 
+def test_the_abandon_policy_is_offered_saved_and_validated(store: Store, client: Client) -> None:
+    csrf = login(client)
+    assert 'name="abandon_policy"' in html(client.get("/task/new"))
+    data = {"csrf": csrf, "name": "again", "task": "app.new", "timer": "every 10m"}
+    data.update(tz="UTC", args="[]", kwargs="{}", options="{}", enabled="on")
+    data.update(misfire_policy="run_once", overlap_policy="allow", abandon_policy="rerun")
+    assert client.post("/task/new", data={**data, "submit": "save"}).status_code == 303
+    assert store.get("again").abandon_policy == "rerun"
+    assert "Abandon policy</dt><dd>rerun" in html(client.get("/task?name=again"))
+    form = html(client.get("/task/edit?name=again"))
+    assert '<option value="rerun" selected>' in form
+    version = str(store.get("again").version)
+    bad = client.post(
+        "/task/edit",
+        data={**data, "version": version, "abandon_policy": "twice", "submit": "save"},
+    )
+    assert bad.status_code == 400
+    assert 'id="error-abandon_policy"' in html(bad)
+    assert "got &#39;twice&#39;" in html(bad)
+    assert store.get("again").abandon_policy == "rerun"
+    # A form without the field (an older page) keeps the stored policy.
+    kept = {k: v for k, v in data.items() if k != "abandon_policy"}
+    response = client.post("/task/edit", data={**kept, "version": version, "submit": "save"})
+    assert response.status_code == 303
+    assert store.get("again").abandon_policy == "rerun"
+
+
 def test_preview_endpoint(client: Client) -> None:
     ok = client.get("/api/preview?timer=Mon..Fri+09:30&tz=Europe/Berlin", headers=BEARER).json
     assert ok is not None

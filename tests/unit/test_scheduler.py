@@ -146,6 +146,32 @@ def test_beat_schedule_is_synced_and_stale_entries_removed(app: Celery, store: S
     assert store.get("every-30s").timer == "every 1m"
 
 
+def test_beat_schedule_entries_set_their_policies(
+    app: Celery, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    app.conf.beat_schedule = {
+        "again": {
+            "task": "x.a",
+            "schedule": 60.0,
+            "cronstore": {"abandon_policy": "rerun", "overlap_policy": "skip"},
+        },
+        "plain": {"task": "x.b", "schedule": 60.0},
+        "bad-value": {"task": "x.c", "schedule": 60.0, "cronstore": {"abandon_policy": "x"}},
+        "bad-key": {"task": "x.d", "schedule": 60.0, "cronstore": {"abandon": "rerun"}},
+    }
+    make(app, store).tick()
+    again, plain = store.get("again"), store.get("plain")
+    assert (again.abandon_policy, again.overlap_policy) == ("rerun", "skip")
+    assert (plain.abandon_policy, plain.overlap_policy) == ("leave", "allow")
+    assert sorted(t.name for t in store.list()) == ["again", "plain"]
+    assert "abandon_policy must be one of ('leave', 'rerun'), got 'x'" in caplog.text
+    assert "unknown 'cronstore' key(s) abandon (known: " in caplog.text
+    # The entry describes the task: a policy removed from it goes back to its default.
+    app.conf.beat_schedule = {"again": {"task": "x.a", "schedule": 60.0}}
+    make(app, store).tick()
+    assert store.get("again").abandon_policy == "leave"
+
+
 def test_unknown_schema_version_stops_beat_with_the_fix(app: Celery, store: Store) -> None:
     with store.begin() as conn:
         conn.exec_driver_sql("UPDATE cronstore_alembic_version SET version_num = 'zzzz'")

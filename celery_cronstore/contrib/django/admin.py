@@ -121,7 +121,7 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
                 "fields": (
                     ("misfire_policy", "misfire_limit"),
                     ("overlap_policy", "start_deadline"),
-                    ("tolerance", "max_retries"),
+                    ("abandon_policy", "tolerance", "max_retries"),
                 )
             },
         ),

@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from celery_cronstore.contrib.django import conf
 from celery_cronstore.contrib.django.models import PeriodicTask
 from celery_cronstore.errors import DuplicateTaskError, TimerError
+from celery_cronstore.records import ABANDON_POLICIES
 from celery_cronstore.records import PeriodicTask as TaskRecord
 from celery_cronstore.timers import KINDS
 
@@ -24,6 +25,7 @@ __all__ = ["PeriodicTaskForm", "field_of"]
 
 MISFIRE = ("run_once", "run_all", "skip")
 OVERLAP = ("allow", "skip")
+ABANDON = ABANDON_POLICIES
 #: Store keywords the form edits (owner_type/owner_id become ``owner``).
 EDITED = (
     "name",
@@ -39,6 +41,7 @@ EDITED = (
     "misfire_policy",
     "misfire_limit",
     "overlap_policy",
+    "abandon_policy",
     "start_deadline",
     "tolerance",
     "max_retries",
@@ -98,6 +101,13 @@ class PeriodicTaskForm(forms.ModelForm):  # type: ignore[misc]  # Django ships n
     )
     misfire_policy = forms.ChoiceField(label="Misfire policy", choices=[(p, p) for p in MISFIRE])
     overlap_policy = forms.ChoiceField(label="Overlap policy", choices=[(p, p) for p in OVERLAP])
+    abandon_policy = forms.ChoiceField(
+        label="Abandon policy",
+        choices=[(p, p) for p in ABANDON],
+        initial="leave",
+        help_text="A started fire whose worker went silent: leave it abandoned, or rerun it "
+        "once under the same task id.",
+    )
 
     class Meta:
         model = PeriodicTask

@@ -90,6 +90,7 @@ class PeriodicTask(_ReadOnly):
     version = models.IntegerField(default=1)
     created_at = UTCDateTimeField("created")
     updated_at = UTCDateTimeField("updated")
+    abandon_policy = models.CharField("abandon policy", max_length=16, default="leave")
 
     #: The newest ledger state, set on the rows of an admin list page (the read model).
     last_state: str | None = None
@@ -139,6 +140,7 @@ class Fire(_ReadOnly):
     node = models.CharField(max_length=200, null=True)
     reason = models.TextField(null=True)
     result = models.TextField(null=True)
+    reruns = models.IntegerField("re-runs", default=0)
 
     class Meta:
         managed = False
