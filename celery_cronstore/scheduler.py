@@ -37,6 +37,7 @@ from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.engine import redact
 from celery_cronstore.store.listen import Listener
 from celery_cronstore.store.retention import Pruner
+from celery_cronstore.store.sweep import LOGGED, replan_strays
 from celery_cronstore.upkeep import Upkeep
 from celery_cronstore.urls import driver_hint
 
@@ -194,6 +195,7 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         replanned = claimer.replan_errors()
         if replanned:
             logger.info("beat: checking %d periodic task(s) in error again", replanned)
+        self._replan_strays(store)
         self.claimer = claimer
         if self.config.metrics_port and self.metrics is None:
             self.metrics = start_metrics(
@@ -205,6 +207,18 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         if self.config.is_sqlite:
             self._warn_shared_sqlite(store, claimer, self._started_at)
         return claimer
+
+    def _replan_strays(self, store: Store) -> None:
+        """Plan again enabled rows whose ``next_run`` was set by hand (``store.sweep``)."""
+        strays = replan_strays(store.db)
+        for stray in strays[:LOGGED]:
+            logger.warning(
+                "beat: periodic task %r: %s (set by hand?); planning it again",
+                stray.name,
+                stray.reason,
+            )
+        if len(strays) > LOGGED:
+            logger.warning("beat: %d more periodic task(s) planned again", len(strays) - LOGGED)
 
     def _tick(self, claimer: Claimer) -> float:
         if self._pending:

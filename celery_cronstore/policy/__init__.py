@@ -52,7 +52,7 @@ from celery_cronstore.policy.start import (
     decide_start,
     lost_reason,
 )
-from celery_cronstore.policy.timing import interval_after, timer_of
+from celery_cronstore.policy.timing import interval_after, stray_next_run, timer_of
 
 __all__ = [
     "ABANDONED",
@@ -97,5 +97,6 @@ __all__ = [
     "plan",
     "plan_past",
     "send_refusal",
+    "stray_next_run",
     "timer_of",
 ]

@@ -9,7 +9,7 @@ from datetime import datetime
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.timers import Timer, parse_timer
 
-__all__ = ["TIMER_CACHE", "interval_after", "timer_of"]
+__all__ = ["TIMER_CACHE", "interval_after", "stray_next_run", "timer_of"]
 
 
 def interval_after(timer: Timer | None, when: datetime) -> float | None:
@@ -34,6 +34,31 @@ def timer_of(task: PeriodicTask) -> Timer:
 #: distinct crons thrashed the old 4,096 and cost twice the shared ones. About 4 KB each
 #: (the parsed timer, its croniter, a few answers): 64 MB at the bound.
 TIMER_CACHE = 16_384
+
+
+def stray_next_run(task: PeriodicTask, now: datetime) -> str | None:
+    """Say why an enabled task's ``next_run`` cannot be its timer's plan at ``now``.
+
+    Beat moves ``next_run`` to the timer's first fire after each claim, so an enabled row
+    whose ``next_run`` is NULL while its timer still fires, or later than the timer's
+    first fire after ``now``, was set by hand (raw SQL, a restored dump): it would never
+    fire, or skip fires, without an error. ``None``: the row is as beat would leave it.
+    A timer that cannot be read is reported too (planning it records the error).
+    """
+    try:
+        expected = timer_of(task).first_fire(now, task.last_fire)
+    except Exception as exc:  # whatever is wrong, planning names it
+        return f"its timer cannot be read ({exc})"
+    if expected is None:
+        return None
+    if task.next_run is None:
+        return f"no next run although its timer fires at {expected.isoformat()}"
+    if task.next_run > expected:
+        return (
+            f"next run {task.next_run.isoformat()} is after its timer's next fire "
+            f"{expected.isoformat()}"
+        )
+    return None
 
 
 @functools.lru_cache(maxsize=TIMER_CACHE)

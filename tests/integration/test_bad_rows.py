@@ -243,6 +243,40 @@ def test_a_restarted_beat_checks_tasks_in_error_again(
     assert sent(second) == ["late"]
 
 
+def test_a_starting_beat_plans_again_a_next_run_set_by_hand(
+    db_url: str, store: Store, clock: FrozenClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An enabled row left with ``next_run`` NULL, or years past its timer's next fire, by
+    a hand edit fires again after a beat start; rows as beat left them are not touched."""
+    for name in ("nulled", "far", "ok"):
+        store.add(name, task="t.ok", timer="*:*:0/10")
+    store.add("yearly", task="t.ok", timer="*-01-01 00:00:00")  # rightly a year ahead
+    store.add("done", task="t.ok", timer=at(5).isoformat())  # a one-off, fired below
+    app = make_app(db_url)
+    clock.set(at(5))
+    beat(app, store).tick()
+    assert sent(app) == ["done"]
+    raw(store, "UPDATE cronstore_periodic_task SET next_run = NULL WHERE name = 'nulled'")
+    raw(store, "UPDATE cronstore_periodic_task SET next_run = '9999-12-31 00:00:00' "
+               "WHERE name = 'far'")  # fmt: skip
+    untouched = {n: store.get(n).version for n in ("yearly", "done")}
+
+    caplog.set_level(logging.WARNING, logger="celery.beat")
+    scheduler = beat(app, store)  # a restart
+    clock.set(at(10))
+    scheduler.tick()  # both planned from now on, as an enable would
+    assert sent(app) == ["ok"]
+    assert {n: store.get(n).version for n in untouched} == untouched
+    assert store.get("nulled").next_run == store.get("far").next_run == at(20)
+    clock.set(at(20))
+    scheduler.tick()
+    assert sorted(sent(app)) == ["far", "nulled", "ok"]
+    warned = [m for m in caplog.messages if "planning it again" in m]
+    assert len(warned) == 2
+    assert any("'nulled': no next run although its timer fires" in m for m in warned)
+    assert any("'far': next run 9999-12-31" in m for m in warned)
+
+
 def test_unregistered_tasks_are_sent_by_name_when_not_required(
     db_url: str, store: Store, clock: FrozenClock
 ) -> None:

@@ -545,3 +545,40 @@ def test_a_one_off_that_already_fired_is_not_planned_again() -> None:
     task = make_task(timer_kind="once", timer="2026-01-05T12:00:00Z", last_fire=T0)
     result = run_plan(task, at(30), timer=policy.timer_of(task))
     assert result == Plan(policy.RowUpdate(next_run=None))
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"next_run": minutes(1)}, None),  # as beat leaves it: the next grid point
+        ({"next_run": T0}, None),  # due now (beat has not claimed it yet)
+        ({"next_run": minutes(-5)}, None),  # late: the misfire policy's business
+        ({"next_run": None}, "no next run although its timer fires at"),
+        ({"next_run": datetime(9999, 12, 31, tzinfo=timezone.utc)}, "is after its timer's"),
+        ({"next_run": minutes(3)}, "is after its timer's next fire"),  # skips two fires
+        # A one-off that fired has no next run, rightly.
+        (
+            {
+                "timer_kind": "once",
+                "timer": "2020-01-01T00:00:00Z",
+                "next_run": None,
+                "last_fire": datetime(2020, 1, 1, tzinfo=timezone.utc),
+            },
+            None,
+        ),
+        # A one-off whose instant passed unfired is still planned (its misfire policy).
+        (
+            {"timer_kind": "once", "timer": "2020-01-01T00:00:00Z", "next_run": None},
+            "no next run although",
+        ),
+        ({"timer": "every lunchtime", "next_run": None}, "its timer cannot be read"),
+    ],
+)
+def test_stray_next_run(changes: dict[str, Any], reason: str | None) -> None:
+    """A ``next_run`` set by hand that beat would never have left is named."""
+    found = policy.stray_next_run(make_task(**changes), T0 + timedelta(seconds=1))
+    if reason is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert reason in found
