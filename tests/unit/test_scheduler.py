@@ -185,3 +185,35 @@ def test_missing_schema_names_the_command(app: Celery, tmp_path: Path) -> None:
     app.conf.cronstore_auto_migrate_sqlite = False
     with pytest.raises(SystemExit, match="cronstore migrate"):
         Scheduler(app, lazy=True).tick()
+
+
+def test_housekeeping_publishes_a_silent_worker_s_fire_again_when_it_may(
+    app: Celery, store: Store, clock: FrozenClock
+) -> None:
+    """Abandon policy rerun through beat's housekeeping: the CronTask's fire goes out again
+    in the same round under its task id; the plain task (no guard, no acks_late) is left."""
+    from celery_cronstore import CronTask
+    from celery_cronstore.store import runs
+
+    app.task(name="x.guarded", base=CronTask, shared=False)(_noop)
+    store.add("guarded", task="x.guarded", timer="every 1h", abandon_policy="rerun")
+    store.add("plain", task="x.do", timer="every 1h", abandon_policy="rerun")
+    scheduler = make(app, store)
+    clock.set(T0 + timedelta(hours=1))
+    scheduler.tick()
+    first = {m["cronstore_name"]: m["id"] for m in sent(app)}
+    assert sorted(first) == ["guarded", "plain"]
+    assert runs.start_fire(store.db, first["guarded"], node="w1", abandon_after=30).started
+    assert runs.record_start(store.db, first["plain"], node="w1", abandon_after=30)
+    clock.set(T0 + timedelta(hours=1, seconds=31))  # both workers went silent
+    scheduler._next_housekeeping = 0.0
+    scheduler.tick()
+    assert [(m["id"], m["cronstore_name"]) for m in sent(app)] == [(first["guarded"], "guarded")]
+    guarded, plain = store.fire_by_task_id(first["guarded"]), store.fire_by_task_id(first["plain"])
+    assert guarded is not None
+    assert plain is not None
+    assert (guarded.state, guarded.reruns, guarded.attempts) == ("published", 1, 2)
+    assert (plain.state, plain.reruns) == ("abandoned", 0)
+    assert plain.reason is not None
+    assert plain.reason.endswith("publishing it again could run it twice")
+    scheduler.close()
