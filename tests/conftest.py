@@ -104,6 +104,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture
+def direct(postgres_url: str) -> Iterator[Store]:
+    """A PostgreSQL store on the database's own clock (no ``FrozenClock``), emptied."""
+    store = Store(postgres_url)
+    store.upgrade()
+    with store.begin() as conn:
+        for table in ("cronstore_fire", "cronstore_periodic_task", "cronstore_beat"):
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+    yield store
+    store.close()
+
+
+@pytest.fixture
 def clock() -> FrozenClock:
     """A frozen clock at :data:`timeline.T0` (a module may define its own)."""
     return FrozenClock(T0)

@@ -4,7 +4,6 @@ answers the idle look and whether the ledger holds anything old enough to prune.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -16,18 +15,6 @@ from celery_cronstore.store.retention import Pruner
 from celery_cronstore.store.schema import fire
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def direct(postgres_url: str) -> Iterator[Store]:
-    """A store on the database's own clock (the held connection needs it), emptied."""
-    store = Store(postgres_url)
-    store.upgrade()
-    with store.begin() as conn:
-        for table in ("cronstore_fire", "cronstore_periodic_task", "cronstore_beat"):
-            conn.exec_driver_sql(f"DELETE FROM {table}")
-    yield store
-    store.close()
 
 
 class Counting:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 
 import psycopg
@@ -21,17 +20,6 @@ from harness.tcp_proxy import Proxy
 pytestmark = pytest.mark.postgres
 
 PARKED = "2099-01-01T00:00:00Z"
-
-
-@pytest.fixture
-def direct(postgres_url: str) -> Iterator[Store]:
-    store = Store(postgres_url)
-    store.upgrade()
-    with store.begin() as conn:
-        conn.exec_driver_sql("DELETE FROM cronstore_fire")
-        conn.exec_driver_sql("DELETE FROM cronstore_periodic_task")
-    yield store
-    store.close()
 
 
 class Beat:
