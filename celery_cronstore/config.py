@@ -46,6 +46,14 @@ class Config:
     batch_size: int = field(
         default=500, metadata={"help": "Most due rows claimed in one transaction."}
     )
+    claim_ahead: float = field(
+        default=0.1,
+        metadata={
+            "help": "Beat claims a fire up to this many seconds before its time and publishes it"
+            " at that time exactly, so the claim's transaction does not make it late. ``0``:"
+            " claim each fire when it is due."
+        },
+    )
     auto_migrate_sqlite: bool = field(
         default=True,
         metadata={
@@ -190,8 +198,9 @@ class Config:
         return self.url.startswith("sqlite")
 
 
-#: Number settings for which zero means something (no slack; keep history forever).
-_ZERO_ALLOWED = ("cronstore_tolerance", "cronstore_history_days")
+#: Number settings for which zero means something (no slack; keep history forever; claim
+#: when due).
+_ZERO_ALLOWED = ("cronstore_tolerance", "cronstore_history_days", "cronstore_claim_ahead")
 
 
 def _coerce(key: str, value: Any, want: type) -> Any:

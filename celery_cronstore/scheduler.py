@@ -13,7 +13,7 @@ import os
 import socket
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery import beat
@@ -38,7 +38,7 @@ from celery_cronstore.store.engine import redact
 from celery_cronstore.store.listen import Listener
 from celery_cronstore.store.retention import Pruner
 from celery_cronstore.store.sweep import LOGGED, replan_strays
-from celery_cronstore.upkeep import Upkeep
+from celery_cronstore.upkeep import HEARTBEAT_EVERY, Upkeep
 from celery_cronstore.urls import driver_hint
 
 __all__ = ["Scheduler"]
@@ -49,6 +49,8 @@ logger = logging.getLogger("celery.beat")
 PUBLISH_CHUNK = 250
 #: Shortest and longest wait (seconds) when every due row is locked by another process.
 LOCKED_BACKOFF = (0.05, 0.2)
+#: Housekeeping waits while a claim taken ahead falls due sooner than this (seconds).
+HOUSEKEEPING_ROOM = 0.02
 
 
 class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
@@ -61,6 +63,13 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         self.claimer: Claimer | None = None
         self._listener: Listener | None = None  # PostgreSQL: wake on change (store.listen)
         self._pending: list[Claim] = []
+        #: Claims taken ahead of their fire time (``cronstore_claim_ahead``), in fire-time
+        #: order, each with the ``time.monotonic()`` at which it is due.
+        self._early: list[tuple[float, Claim]] = []
+        self._ahead = 0.0
+        #: Seconds the last claim transaction took (beat does not start one when a claim
+        #: taken ahead falls due sooner than that).
+        self._claim_cost = 0.0
         self._failures = 0
         self._next_housekeeping = 0.0
         self._pruner: Pruner | None = None
@@ -130,11 +139,13 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         """Nothing to do: every change is committed as it happens."""
 
     def close(self) -> None:
-        """Release the broker connection and the database pool (idempotent)."""
+        """Publish the claims taken ahead at their time, then release the broker connection
+        and the database pool (idempotent)."""
         if self._closed:
             return
         self._closed = True
         try:
+            self._flush_early()
             super().close()
         finally:
             for held in (self._listener, self.claimer):
@@ -197,6 +208,9 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
             logger.info("beat: checking %d periodic task(s) in error again", replanned)
         self._replan_strays(store)
         self.claimer = claimer
+        # Claims are held until their time on this host's monotonic clock: an injected clock
+        # (tests) has no such relation, so there beat claims a fire when it is due.
+        self._ahead = 0.0 if store.clock is not None else self.config.claim_ahead
         if self.config.metrics_port and self.metrics is None:
             self.metrics = start_metrics(
                 self.config.metrics_port,
@@ -226,21 +240,39 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
             self._pending = claimer.recheck(self._pending)
             if not self._publish(claimer, self._pending):
                 return self._backoff("broker", None)
-        if time.monotonic() >= self._next_housekeeping and not self._housekeeping(claimer):
+        # Fires first: the claims taken ahead whose time has come, then the chores.
+        if self._early and not self._publish_early(claimer):
+            return self._backoff("broker", None)
+        if self._housekeeping_due() and not self._housekeeping(claimer):
             return self._backoff("broker", None)
         now, earliest = claimer.peek()
-        if earliest is None or earliest > now:
+        looked_at, looked = now, time.monotonic()
+        if self.config.is_sqlite:  # the host's clock is the store's: read both together
+            looked_at, looked = datetime.now(timezone.utc), time.monotonic()
+        ahead = timedelta(seconds=self._ahead)
+        if earliest is None or earliest > now + ahead:
             self._progress(None)
             wait = (
-                self.config.poll_interval if earliest is None else (earliest - now).total_seconds()
+                self.config.poll_interval
+                if earliest is None
+                else (earliest - now).total_seconds() - self._ahead
             )
-            return max(0.0, min(self.config.poll_interval, wait))
-        result = claimer.claim_due()
+            return max(0.0, min(self.config.poll_interval, wait, self._early_wait()))
+        if not self._claim_fits():
+            return self._early_wait()  # a fire taken ahead first; claim after it
+        began = time.monotonic()
+        result = claimer.claim_due(ahead)
+        self._claim_cost = time.monotonic() - began
         self._report(result.errors)
         if self.metrics is not None:
             self.metrics.claimed(result)
         faults.hit("after_claim")
-        if result.claims and not self._publish(claimer, result.claims):
+        if self._ahead:
+            self._hold_early(result.claims, looked_at, looked)
+            sent = self._publish_early(claimer)
+        else:
+            sent = not result.claims or self._publish(claimer, result.claims)
+        if not sent:
             self._progress(now)
             return self._backoff("broker", None)
         if result.rows:
@@ -251,6 +283,62 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         self._progress(now)
         self._locked_out = min(LOCKED_BACKOFF[1], max(LOCKED_BACKOFF[0], self._locked_out * 2))
         return self._locked_out
+
+    # -- claims taken ahead of their fire time --------------------------------------------
+
+    def _hold_early(self, claims: list[Claim], looked_at: datetime, looked: float) -> None:
+        """Hold ``claims`` until their fire time. The database read ``looked_at`` on its
+        clock just before ``time.monotonic()`` was ``looked``: a fire is due at ``looked``
+        plus its fire time minus ``looked_at`` (never sooner; later by at most the reply
+        of that read). Those due already go out with the next :meth:`_publish_early`."""
+        if claims:
+            held = [(looked + (c.fire_time - looked_at).total_seconds(), c) for c in claims]
+            self._early = sorted(self._early + held, key=lambda item: item[0])
+
+    def _publish_early(self, claimer: Claimer) -> bool:
+        """Publish the claims taken ahead whose fire time has come (in fire-time order)."""
+        clock = time.monotonic()
+        count = 0
+        while count < len(self._early) and self._early[count][0] <= clock:
+            count += 1
+        if not count:
+            return True
+        due = [claim for _, claim in self._early[:count]]
+        del self._early[:count]
+        return self._publish(claimer, due)
+
+    def _early_wait(self) -> float:
+        """Seconds until the next claim taken ahead falls due (inf when none)."""
+        if not self._early:
+            return float("inf")
+        return max(0.0, self._early[0][0] - time.monotonic())
+
+    def _claim_fits(self) -> bool:
+        """Whether a claim transaction may start: it must not hold up a fire taken ahead."""
+        return self._early_wait() > 2 * self._claim_cost
+
+    def _housekeeping_due(self) -> bool:
+        """Whether the chores run now: they are due and no fire taken ahead is so near that
+        they would hold it up (unless they are a whole period late)."""
+        clock = time.monotonic()
+        if clock < self._next_housekeeping:
+            return False
+        return self._early_wait() > HOUSEKEEPING_ROOM or (
+            clock >= self._next_housekeeping + HEARTBEAT_EVERY
+        )
+
+    def _flush_early(self) -> None:
+        """At close: wait for the claims taken ahead (at most ``claim_ahead`` away) and
+        publish them; whatever fails is taken over when its lease runs out."""
+        if not self._early or self.claimer is None:
+            return
+        try:
+            time.sleep(max(0.0, self._early[-1][0] - time.monotonic()))
+            claims = [claim for _, claim in self._early]
+            self._early = []
+            self._publish(self.claimer, claims)
+        except Exception as exc:  # closing must go on
+            logger.error("beat: publishing the claims taken ahead failed (%s)", self._scrub(exc))
 
     def _progress(self, stuck_at: datetime | None) -> None:
         """Note whether this tick could do the due work (``None``) or not (since when)."""

@@ -162,14 +162,18 @@ class Claimer(LeaseKeeper):
 
     # -- claiming -------------------------------------------------------------------------
 
-    def claim_due(self) -> TickResult:
+    def claim_due(self, ahead: timedelta = timedelta(0)) -> TickResult:
         """Claim one batch of due fires in one transaction; return what must be published.
+
+        ``ahead``: also claim the fires due within that much of now, each planned as of its
+        own fire time (beat publishes them at that time: its claim's transaction is done
+        before). The claims come in fire-time order.
 
         A batch that lost a race with another writer is rolled back whole and reported as
         rows seen with nothing claimed, so the caller looks again at once.
         """
         try:
-            return self._claim_batch()
+            return self._claim_batch(ahead)
         except _Conflict as exc:
             logger.info("beat: %s; looking again", exc)
             return TickResult(self.db.now(), [], 1, [], conflict=True)
@@ -189,12 +193,12 @@ class Claimer(LeaseKeeper):
             return str(exc)
         return None
 
-    def _claim_batch(self) -> TickResult:
+    def _claim_batch(self, ahead: timedelta) -> TickResult:
         with self.db.begin() as conn:
             now = self.db.now(conn)
             query = (
                 sa.select(periodic_task)
-                .where(_PT.enabled == sa.true(), _PT.next_run <= now)
+                .where(_PT.enabled == sa.true(), _PT.next_run <= now + ahead)
                 .order_by(_PT.next_run)
                 .limit(self.batch_size)
             )
@@ -231,15 +235,16 @@ class Claimer(LeaseKeeper):
         """Plan one due row; whatever is wrong with it, only this row is affected."""
         try:
             task = to_task(row)
+            at = _as_of(task, now)
             reason = self.problem(task, row)
             if reason is None:
-                batch.items.append(_Item(task, self._plan(conn, task, now)))
+                batch.items.append(_Item(task, self._plan(conn, task, at)))
                 return
         except SQLAlchemyError:
             raise
         except TimerSearchError as exc:  # a timer that cannot answer near this instant
             past = policy.plan_past(
-                task, policy.timer_of(task), now, exc, node=self.node, lease=self.lease
+                task, policy.timer_of(task), at, exc, node=self.node, lease=self.lease
             )
             if past is not None:
                 logger.warning("beat: periodic task %r: %s; planned past it", task.name, exc)
@@ -285,7 +290,7 @@ class Claimer(LeaseKeeper):
         except IntegrityError:
             logger.warning("beat: some due fires are already in the ledger; planning past them")
         for index, item in enumerate(batch.items):
-            batch.items[index] = self._insert_apart(conn, item, now)
+            batch.items[index] = self._insert_apart(conn, item, _as_of(item.task, now))
         for _, entry in batch.failed_entries:
             with contextlib.suppress(IntegrityError), conn.begin_nested():
                 conn.execute(sa.insert(fire).values(**entry.row()))
@@ -333,6 +338,13 @@ class Claimer(LeaseKeeper):
         if result.rowcount not in (-1, len(updates)):
             # Another writer changed a row we hold: give the whole batch back.
             raise _Conflict("a due row changed while it was being claimed")
+
+
+def _as_of(task: PeriodicTask, now: datetime) -> datetime:
+    """The instant a due row is planned as of: now, or its own next run when claimed
+    ahead of it (``claim_due(ahead=...)``)."""
+    due = task.next_run
+    return due if due is not None and due > now else now
 
 
 class _Conflict(Exception):
@@ -393,7 +405,10 @@ class _Batch:
         return rows
 
     def claims(self) -> list[Claim]:
-        return [claim for item in self.items for claim in item.plan.claims]
+        """The claims in fire-time order (a task's backlog may span other tasks' fires)."""
+        claims = [claim for item in self.items for claim in item.plan.claims]
+        claims.sort(key=lambda claim: claim.fire_time)
+        return claims
 
     def updates(self) -> list[dict[str, Any]]:
         rows = [(i.task.id, i.task.version, i.plan.update) for i in self.items]

@@ -1,0 +1,149 @@
+"""Claims taken ahead (``cronstore_claim_ahead``): claimed before the fire time, published
+at it, never before it, in fire-time order."""
+
+from __future__ import annotations
+
+import queue
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from timeline import T0
+
+from celery_cronstore.scheduler import Scheduler
+from celery_cronstore.store import Claimer, Store
+from celery_cronstore.testing import FrozenClock
+
+UTC = timezone.utc
+
+
+def _noop() -> None:
+    """Never run: beat only sends."""
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Celery:
+    app = Celery("t", broker="memory://", set_as_current=False)
+    app.conf.update(
+        cronstore_url=f"sqlite:///{tmp_path / 'ahead.sqlite'}",
+        cronstore_sync_beat_schedule=False,
+        task_default_queue="q",
+    )
+    app.task(name="x.do", shared=False)(_noop)
+    return app
+
+
+def sent(app: Celery) -> list[dict[str, Any]]:
+    out = []
+    with app.connection_for_read() as conn:
+        q = conn.SimpleQueue("q")
+        while True:
+            try:
+                message = q.get(timeout=0.05)
+            except queue.Empty:
+                break
+            out.append(dict(message.headers))
+            message.ack()
+        q.close()
+    return out
+
+
+def instant(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_claim_due_ahead_plans_each_row_as_of_its_fire_time(clock: FrozenClock) -> None:
+    store = Store("sqlite://", clock=clock)
+    store.upgrade()
+    store.add("late", task="x.do", timer="*:*:0/10")  # next run T0+10s
+    store.add("soon", task="x.do", timer="every 1m from " + instant(T0 + timedelta(seconds=5)))
+    clock.set(T0 + timedelta(seconds=4))
+    claimer = Claimer(store, "n")
+    assert claimer.claim_due(timedelta(seconds=0.5)).claims == []  # nothing within 0.5 s
+    result = claimer.claim_due(timedelta(seconds=7))
+    assert [(c.name, c.fire_time) for c in result.claims] == [
+        ("soon", T0 + timedelta(seconds=5)),
+        ("late", T0 + timedelta(seconds=10)),
+    ]
+    assert store.get("late").next_run == T0 + timedelta(seconds=20)
+    assert store.get("soon").next_run == T0 + timedelta(seconds=65)
+    (fire,) = store.history("late")
+    assert (fire.state, fire.fire_time) == ("claimed", T0 + timedelta(seconds=10))
+    store.close()
+
+
+def test_claims_come_in_fire_time_order_across_tasks(clock: FrozenClock) -> None:
+    store = Store("sqlite://", clock=clock)
+    store.upgrade()
+    store.add("backlog", task="x.do", timer="*:*:0/10", misfire_policy="run_all")
+    store.add("between", task="x.do", timer="*:*:15")
+    clock.set(T0 + timedelta(seconds=35))  # backlog: :10, :20, :30; between: :15
+    claims = Claimer(store, "n").claim_due().claims
+    assert [c.fire_time for c in claims] == sorted(c.fire_time for c in claims)
+    assert [c.name for c in claims] == ["backlog", "between", "backlog", "backlog"]
+    store.close()
+
+
+def test_beat_claims_ahead_and_publishes_at_the_fire_time(app: Celery) -> None:
+    app.conf.cronstore_claim_ahead = 1.0
+    scheduler = Scheduler(app, lazy=True)
+    scheduler.tick()  # opens the store
+    store = scheduler.store
+    assert store is not None
+    fire_at = datetime.now(UTC) + timedelta(seconds=0.4)
+    store.add("one", task="x.do", timer=instant(fire_at))
+    published: list[float] = []
+    send = scheduler._send
+
+    def stamped(*args: Any, **kwargs: Any) -> None:
+        published.append(time.time())
+        send(*args, **kwargs)
+
+    scheduler._send = stamped  # type: ignore[method-assign]
+    sleep = scheduler.tick()  # claims it ahead: nothing sent yet
+    assert store.history("one")[0].state == "claimed"
+    assert published == []
+    while not published:
+        assert 0 <= sleep <= 1.0
+        time.sleep(sleep)
+        sleep = scheduler.tick()
+    assert published[0] >= fire_at.timestamp()  # never before its time
+    assert published[0] - fire_at.timestamp() < 1.0  # generous: a loaded CI machine
+    (message,) = sent(app)
+    assert message["cronstore_fire_time"] == fire_at.isoformat()
+    assert store.history("one")[0].state == "published"
+    scheduler.close()
+
+
+def test_close_publishes_the_claims_taken_ahead(app: Celery) -> None:
+    app.conf.cronstore_claim_ahead = 0.5
+    scheduler = Scheduler(app, lazy=True)
+    scheduler.tick()
+    store = scheduler.store
+    assert store is not None
+    fire_at = datetime.now(UTC) + timedelta(seconds=0.2)
+    store.add("one", task="x.do", timer=instant(fire_at))
+    scheduler.tick()
+    assert scheduler._early
+    scheduler.close()
+    assert time.time() >= fire_at.timestamp()
+    assert [m["cronstore_fire_time"] for m in sent(app)] == [fire_at.isoformat()]
+    reader = Store(str(app.conf.cronstore_url))
+    assert reader.history("one")[0].state == "published"
+    reader.close()
+
+
+def test_an_injected_clock_claims_when_due(app: Celery, clock: FrozenClock) -> None:
+    app.conf.cronstore_claim_ahead = 60.0
+    store = Store(str(app.conf.cronstore_url), clock=clock)
+    store.upgrade()
+    store.add("a", task="x.do", timer="*:*:0/10")
+    scheduler = Scheduler(app, lazy=True)
+    scheduler.store = store
+    assert scheduler.tick() == pytest.approx(5.0)  # nothing claimed 10 s ahead
+    assert store.history("a") == []
+    scheduler.close()
+    store.close()
