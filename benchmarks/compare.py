@@ -250,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     for path in report.plots(data, opts.img, subjects):
         harness.log(f"wrote {os.path.relpath(path, ROOT)}")
     env = ", ".join(f"{k} {v}" for k, v in data["environment"].items())
+    if data.get("live"):
+        env += "\n\nReal broker: " + ", ".join(
+            f"{k} {v}" for k, v in data.get("live_environment", {}).items()
+        )
     print(f"# Scheduler comparison\n\n{env}\n\n{report.tables(data, subjects)}")
     return 0
 

@@ -38,7 +38,12 @@ def environment(opts: argparse.Namespace, subjects: Sequence[Subject]) -> dict[s
     import celery_cronstore
 
     # Which celery-cronstore was measured: a checkout on PYTHONPATH, or this tree.
-    info["celery-cronstore from"] = os.path.dirname(os.path.dirname(celery_cronstore.__file__))
+    source = os.path.dirname(os.path.dirname(celery_cronstore.__file__))
+    info["celery-cronstore from"] = source
+    stamp = os.path.join(source, "COMMIT")  # written beside an exported checkout
+    if os.path.exists(stamp):
+        with open(stamp, encoding="ascii") as handle:
+            info["celery-cronstore commit"] = handle.read().strip()
     engine = sa.create_engine(opts.pg_admin)
     with engine.connect() as conn:
         info["PostgreSQL"] = str(conn.exec_driver_sql("SHOW server_version").scalar_one()).split()[
