@@ -57,7 +57,7 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q -e '.[postgres,redis]' $(BENCH_DEPS)
 	touch $@
 
-bench-compare: $(BENCH_VENV)/.installed  ## vs django-celery-beat, sqlalchemy-celery-beat, RedBeat (PostgreSQL, Redis; ~30 min)
+bench-compare: $(BENCH_VENV)/.installed  ## vs django-celery-beat, sqlalchemy-celery-beat, RedBeat + a real Redis broker (PostgreSQL, Redis; ~45 min)
 	$(BENCH_VENV)/bin/python benchmarks/compare.py --cronstore-sizes 100,1000,10000,100000,1000000
 
 clean:
