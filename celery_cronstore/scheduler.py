@@ -70,6 +70,7 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         #: Seconds the last claim transaction took (beat does not start one when a claim
         #: taken ahead falls due sooner than that).
         self._claim_cost = 0.0
+        self._dispatcher: Dispatcher | None = None
         self._failures = 0
         self._next_housekeeping = 0.0
         self._pruner: Pruner | None = None
@@ -365,7 +366,11 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         try:
             producer = self.producer
             broker_errors = self._broker_errors()
-            dispatcher = Dispatcher(self.app, producer)
+            dispatcher = self._dispatcher
+            if dispatcher is None or dispatcher.producer is not producer:
+                # One per broker connection, as kombu's own declare cache: the queues are
+                # declared and the tasks looked up once, not again for every fire.
+                dispatcher = self._dispatcher = Dispatcher(self.app, producer)
             for start in range(0, len(claims), PUBLISH_CHUNK):
                 done = start
                 chunk = claims[start : start + PUBLISH_CHUNK]
@@ -400,6 +405,7 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
             )
             self.__dict__.pop("producer", None)
             self.__dict__.pop("connection", None)
+            self._dispatcher = None
             self._record_sent(claimer, sent, failed)
             return False
         self._pending = []
