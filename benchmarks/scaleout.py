@@ -98,6 +98,7 @@ def child(args: argparse.Namespace) -> int:
     window: dict[str, list[float]] = {"idle": [], "due": [], "housekeeping": []}
     state = {"claimed": False, "housekept": False}
     marks: dict[str, float] = {}
+    cpu_start = [time.process_time()]
 
     claimer = scheduler._ready()
     inner_tick = scheduler._tick
@@ -139,6 +140,7 @@ def child(args: argparse.Namespace) -> int:
             totals["publish_s"] += time.perf_counter() - t
             if claims:
                 marks["last_publish"] = time.time()
+                marks["cpu_to_last_publish"] = time.process_time() - cpu_start[0]
 
     def mark_published(*a: Any, **kw: Any) -> Any:
         t = time.perf_counter()
@@ -163,6 +165,7 @@ def child(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop)
     print("ready", flush=True)
     cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu_start[0] = cpu0
     next_report = time.monotonic() + args.report_every
     reports = open(args.stats, "a", encoding="utf-8") if args.stats else None  # noqa: SIM115
     claims_at_report = 0
@@ -191,6 +194,8 @@ def child(args: argparse.Namespace) -> int:
             time.sleep(interval)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     out = {
+        **{k: 0.0 for k in ("claim_s", "publish_s", "mark_s", "batches", "rows", "claims")},
+        **{k: 0.0 for k in ("empty", "conflicts")},
         **totals,
         **marks,
         "cpu_s": time.process_time() - cpu0,
@@ -591,6 +596,30 @@ def burst(args: argparse.Namespace) -> int:
     )
     print(f"\n## burst: {args.rows:,} rows, {args.due:,} due at once\n")
     print(table(headers, rows), flush=True)
+    # Where the time went: CPU per fire (beat + PostgreSQL + Redis) and what the machine's
+    # CPUs allow at that cost; CPU used by anything else during the round; how much of
+    # its active time each replica spent on a CPU.
+    print()
+    for r in results:
+        beats = r["beats"]
+        beat_cpu = sum(b.get("cpu_to_last_publish", 0.0) for b in beats)
+        own = beat_cpu + r["cpu"]["pg_s"] + r["cpu"]["redis_s"]
+        per_fire = own / max(1, r["sent"])
+        ceiling = (os.cpu_count() or 1) / per_fire
+        other = r["cpu"]["busy_cores"] * r["wall_s"] - own
+        active = [
+            b["cpu_to_last_publish"] / max(1e-9, b["last_publish"] - r["t0"])
+            for b in beats
+            if "last_publish" in b
+        ]
+        print(
+            f"{r['replicas']} replica(s): {per_fire * 1e3:.2f} ms CPU per fire (beat"
+            f" {beat_cpu / max(1, r['sent']) * 1e3:.2f}, PostgreSQL"
+            f" {r['cpu']['pg_s'] / max(1, r['sent']) * 1e3:.2f}): {os.cpu_count()} CPUs allow"
+            f" {ceiling:,.0f} fires/s ({ceiling / one:.2f}x one replica's rate); other"
+            f" processes used {other:.1f} CPU s; each publishing replica on a CPU"
+            f" {', '.join(f'{a:.0%}' for a in active)} of its active time"
+        )
     doubled = sum(r["doubled_redis"] + r["ledger_doubled"] for r in results)
     short = [r for r in results if r["sent"] < args.due or r["messages"] != args.due]
     print(f"\ndoubled: {doubled}; rounds short of {args.due:,} messages: {len(short)}")
