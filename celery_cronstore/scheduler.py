@@ -8,6 +8,7 @@ Instead of Celery's heap of every entry, each tick asks the database one indexed
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import socket
@@ -49,8 +50,6 @@ logger = logging.getLogger("celery.beat")
 PUBLISH_CHUNK = 250
 #: Shortest and longest wait (seconds) when every due row is locked by another process.
 LOCKED_BACKOFF = (0.05, 0.2)
-#: Housekeeping waits while a claim taken ahead falls due sooner than this (seconds).
-HOUSEKEEPING_ROOM = 0.02
 
 
 class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
@@ -67,9 +66,11 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         #: order, each with the ``time.monotonic()`` at which it is due.
         self._early: list[tuple[float, Claim]] = []
         self._ahead = 0.0
-        #: Seconds the last claim transaction took (beat does not start one when a claim
-        #: taken ahead falls due sooner than that).
+        #: What a claim transaction and a housekeeping pass take (seconds; the longest
+        #: lately, decaying): beat starts neither when a claim taken ahead falls due sooner
+        #: than twice that.
         self._claim_cost = 0.0
+        self._chores_cost = 0.0
         self._dispatcher: Dispatcher | None = None
         self._failures = 0
         self._next_housekeeping = 0.0
@@ -219,6 +220,10 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
                 address=self.config.metrics_address,
             )
         logger.info("beat: cronstore %s ready as %s", self._url, self.node)
+        # What beat holds from now on (modules, the app, engines, compiled SQL) lives as
+        # long as the process: kept out of the cycle collector's full passes, which would
+        # otherwise walk it all (20-60 ms here, a pause that makes fires late).
+        gc.freeze()
         if self.config.is_sqlite:
             self._warn_shared_sqlite(store, claimer, self._started_at)
         return claimer
@@ -244,8 +249,12 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         # Fires first: the claims taken ahead whose time has come, then the chores.
         if self._early and not self._publish_early(claimer):
             return self._backoff("broker", None)
-        if self._housekeeping_due() and not self._housekeeping(claimer):
-            return self._backoff("broker", None)
+        if self._housekeeping_due():
+            began = time.monotonic()
+            done = self._housekeeping(claimer)
+            self._chores_cost = _lately(self._chores_cost, time.monotonic() - began)
+            if not done:
+                return self._backoff("broker", None)
         now, earliest = claimer.peek()
         looked_at, looked = now, time.monotonic()
         if self.config.is_sqlite:  # the host's clock is the store's: read both together
@@ -263,7 +272,7 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
             return self._early_wait()  # a fire taken ahead first; claim after it
         began = time.monotonic()
         result = claimer.claim_due(ahead)
-        self._claim_cost = time.monotonic() - began
+        self._claim_cost = _lately(self._claim_cost, time.monotonic() - began)
         self._report(result.errors)
         if self.metrics is not None:
             self.metrics.claimed(result)
@@ -324,7 +333,7 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         clock = time.monotonic()
         if clock < self._next_housekeeping:
             return False
-        return self._early_wait() > HOUSEKEEPING_ROOM or (
+        return self._early_wait() > 2 * self._chores_cost or (
             clock >= self._next_housekeeping + HEARTBEAT_EVERY
         )
 
@@ -491,6 +500,11 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         else:
             logger.error("beat: %s unavailable; retrying in %.1fs", what, delay)
         return delay
+
+
+def _lately(cost: float, took: float) -> float:
+    """The longest recent duration: ``took`` if longer, else ``cost`` decaying by a tenth."""
+    return max(took, 0.9 * cost)
 
 
 def _unsendable(exc: BaseException) -> str:
