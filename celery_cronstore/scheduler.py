@@ -220,10 +220,7 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
                 address=self.config.metrics_address,
             )
         logger.info("beat: cronstore %s ready as %s", self._url, self.node)
-        # What beat holds from now on (modules, the app, engines, compiled SQL) lives as
-        # long as the process: kept out of the cycle collector's full passes, which would
-        # otherwise walk it all (20-60 ms here, a pause that makes fires late).
-        gc.freeze()
+        _freeze_heap()
         if self.config.is_sqlite:
             self._warn_shared_sqlite(store, claimer, self._started_at)
         return claimer
@@ -500,6 +497,20 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         else:
             logger.error("beat: %s unavailable; retrying in %.1fs", what, delay)
         return delay
+
+
+_frozen = False
+
+
+def _freeze_heap() -> None:
+    """Once per process: what the first beat holds once set up (modules, the app, engines,
+    compiled SQL) lives as long as the process; keep it out of the cycle collector's full
+    passes, which would otherwise walk it all (20-60 ms here, a pause that makes fires
+    late). Objects are still freed when their last reference goes."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.freeze()
 
 
 def _lately(cost: float, took: float) -> float:
