@@ -119,12 +119,12 @@ def test_beat_claims_ahead_and_publishes_at_the_fire_time(app: Celery) -> None:
 
 
 def test_close_publishes_the_claims_taken_ahead(app: Celery) -> None:
-    app.conf.cronstore_claim_ahead = 0.5
+    app.conf.cronstore_claim_ahead = 1.0
     scheduler = Scheduler(app, lazy=True)
     scheduler.tick()
     store = scheduler.store
     assert store is not None
-    fire_at = datetime.now(UTC) + timedelta(seconds=0.2)
+    fire_at = datetime.now(UTC) + timedelta(seconds=0.4)
     store.add("one", task="x.do", timer=instant(fire_at))
     scheduler.tick()
     assert scheduler._early
