@@ -56,9 +56,10 @@ def redis_client(broker: str) -> Any:
 
 
 def forget_queue(broker: str) -> None:
-    """Delete :data:`QUEUE` and kombu's binding keys in the broker's database."""
+    """Delete :data:`QUEUE` and kombu's binding key of it (nothing else: others may share
+    the database)."""
     client = redis_client(broker)
-    keys = [QUEUE, *client.scan_iter(match="_kombu.binding.*")]
+    keys = [QUEUE, *client.scan_iter(match=f"_kombu.binding*{QUEUE}")]
     client.delete(*keys)
     client.close()
 
