@@ -15,6 +15,7 @@ time (a backfilled missed range) goes in the first pass that reaches it.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -79,15 +80,18 @@ class Pruner:
         keep: timedelta | None,
         moment: float,
         look: tuple[datetime, datetime | None] | None = None,
+        budget: float = 0.0,
     ) -> PruneStep | None:
-        """Prune one batch unless the last pass ended under ``PRUNE_PAUSE`` seconds ago.
+        """Prune a batch unless the last pass ended under ``PRUNE_PAUSE`` seconds ago.
 
         For beat's housekeeping: ``moment`` is its monotonic clock. A pass goes on at
         every call until it ends; then (or after a failure) the next waits a minute.
         ``look``, when the caller read them already: the database's time and the fire time
         of the ledger's oldest row by id (``None``: empty). A new pass is then not started
         while that row is within ``keep`` (the pass would end at it), and costs nothing.
-        Return the batch's step, or ``None`` when nothing ran.
+        While the pass has work, more batches follow until ``budget`` seconds are spent
+        (0: one batch), so that a ledger written faster than a batch per call drains.
+        Return the step (counts of every batch run), or ``None`` when nothing ran.
         """
         if keep is None or moment < self.resume_at:
             return None
@@ -97,10 +101,16 @@ class Pruner:
             if self.after == 0 and not rule.worth_a_pass(oldest, rule.cutoff(now, keep)):
                 return None
         self.resume_at = moment + PRUNE_PAUSE
+        until = time.monotonic() + budget
         step = self.step(keep, now=now)
+        counts, scanned = Counter(step.counts), step.scanned
+        while not step.done and time.monotonic() < until:
+            step = self.step(keep)
+            counts.update(step.counts)
+            scanned += step.scanned
         if not step.done:
             self.resume_at = moment
-        return step
+        return PruneStep(dict(counts), scanned, step.done)
 
     def step(
         self, keep: timedelta | None, *, dry_run: bool = False, now: datetime | None = None

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from celery import Celery
 from timeline import T0
 
+from celery_cronstore import upkeep
 from celery_cronstore.scheduler import Scheduler
 from celery_cronstore.store import Store
 from celery_cronstore.store.retention import Pruner
@@ -75,7 +76,10 @@ def make(app: Celery, store: Store, batch: int = 1000) -> Scheduler:
     return scheduler
 
 
-def test_housekeeping_prunes_one_batch_at_a_time(app: Celery, store: Store) -> None:
+def test_housekeeping_prunes_one_batch_at_a_time(
+    app: Celery, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(upkeep, "PRUNE_BUDGET", 0.0)  # no time for a second batch
     write_history(store, 40, 25)  # 24 may go (the newest stays)
     write_history(store, 1, 5)  # recent: stays
     scheduler = make(app, store, batch=10)
@@ -84,6 +88,24 @@ def test_housekeeping_prunes_one_batch_at_a_time(app: Celery, store: Store) -> N
         housekeep(scheduler)
         sizes.append(ledger_size(store))
     assert sizes == [20, 10, 6, 6]  # 10 rows read per housekeeping, never more
+    scheduler.close()
+
+
+def test_a_backlog_drains_in_batches_within_the_budget(
+    app: Celery, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_history(store, 40, 25)
+    write_history(store, 1, 5)
+    scheduler = make(app, store, batch=10)
+    housekeep(scheduler)  # three batches of 10 in one housekeeping (well under 0.5 s)
+    assert ledger_size(store) == 6
+    write_history(store, 39, 25)  # another task: 24 may go
+    monkeypatch.setattr(upkeep, "PRUNE_BUDGET", 0.0)
+    assert scheduler._pruner is not None
+    scheduler._pruner.resume_at = 0.0  # a minute later
+    housekeep(scheduler)
+    # No budget: one batch of 10 rows read, the 6 kept ones first by id, 4 deleted.
+    assert ledger_size(store) == 6 + 25 - 4
     scheduler.close()
 
 
