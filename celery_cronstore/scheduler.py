@@ -22,6 +22,7 @@ from kombu.exceptions import OperationalError
 from sqlalchemy.exc import SQLAlchemyError
 
 from celery_cronstore import faults
+from celery_cronstore.ahead import ClaimAhead, Held, lately
 from celery_cronstore.beat_schedule import sync_beat_schedule
 from celery_cronstore.calls import call_problem
 from celery_cronstore.config import Config
@@ -39,7 +40,7 @@ from celery_cronstore.store.engine import redact
 from celery_cronstore.store.listen import Listener
 from celery_cronstore.store.retention import Pruner
 from celery_cronstore.store.sweep import LOGGED, replan_strays
-from celery_cronstore.upkeep import HEARTBEAT_EVERY, Upkeep
+from celery_cronstore.upkeep import Upkeep
 from celery_cronstore.urls import driver_hint
 
 __all__ = ["Scheduler"]
@@ -52,7 +53,7 @@ PUBLISH_CHUNK = 250
 LOCKED_BACKOFF = (0.05, 0.2)
 
 
-class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
+class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
     """A Celery beat scheduler that keeps periodic tasks in SQL (see the package docs)."""
 
     def __init__(self, app: Any, *args: Any, lazy: bool = False, **kwargs: Any) -> None:
@@ -62,9 +63,8 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         self.claimer: Claimer | None = None
         self._listener: Listener | None = None  # PostgreSQL: wake on change (store.listen)
         self._pending: list[Claim] = []
-        #: Claims taken ahead of their fire time (``cronstore_claim_ahead``), in fire-time
-        #: order, each with the ``time.monotonic()`` at which it is due.
-        self._early: list[tuple[float, Claim]] = []
+        #: Claims taken ahead of their fire time (``cronstore_claim_ahead``; see ``ahead``).
+        self._early: list[Held] = []
         self._ahead = 0.0
         #: What a claim transaction and a housekeeping pass take (seconds; the longest
         #: lately, decaying): beat starts neither when a claim taken ahead falls due sooner
@@ -249,7 +249,7 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         if self._housekeeping_due():
             began = time.monotonic()
             done = self._housekeeping(claimer)
-            self._chores_cost = _lately(self._chores_cost, time.monotonic() - began)
+            self._chores_cost = lately(self._chores_cost, time.monotonic() - began)
             if not done:
                 return self._backoff("broker", None)
         now, earliest = claimer.peek()
@@ -269,7 +269,7 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
             return self._early_wait()  # a fire taken ahead first; claim after it
         began = time.monotonic()
         result = claimer.claim_due(ahead)
-        self._claim_cost = _lately(self._claim_cost, time.monotonic() - began)
+        self._claim_cost = lately(self._claim_cost, time.monotonic() - began)
         self._report(result.errors)
         if self.metrics is not None:
             self.metrics.claimed(result)
@@ -290,62 +290,6 @@ class Scheduler(Upkeep, beat.Scheduler):  # type: ignore[misc]  # Celery ships n
         self._progress(now)
         self._locked_out = min(LOCKED_BACKOFF[1], max(LOCKED_BACKOFF[0], self._locked_out * 2))
         return self._locked_out
-
-    # -- claims taken ahead of their fire time --------------------------------------------
-
-    def _hold_early(self, claims: list[Claim], looked_at: datetime, looked: float) -> None:
-        """Hold ``claims`` until their fire time. The database read ``looked_at`` on its
-        clock just before ``time.monotonic()`` was ``looked``: a fire is due at ``looked``
-        plus its fire time minus ``looked_at`` (never sooner; later by at most the reply
-        of that read). Those due already go out with the next :meth:`_publish_early`."""
-        if claims:
-            held = [(looked + (c.fire_time - looked_at).total_seconds(), c) for c in claims]
-            self._early = sorted(self._early + held, key=lambda item: item[0])
-
-    def _publish_early(self, claimer: Claimer) -> bool:
-        """Publish the claims taken ahead whose fire time has come (in fire-time order)."""
-        clock = time.monotonic()
-        count = 0
-        while count < len(self._early) and self._early[count][0] <= clock:
-            count += 1
-        if not count:
-            return True
-        due = [claim for _, claim in self._early[:count]]
-        del self._early[:count]
-        return self._publish(claimer, due)
-
-    def _early_wait(self) -> float:
-        """Seconds until the next claim taken ahead falls due (inf when none)."""
-        if not self._early:
-            return float("inf")
-        return max(0.0, self._early[0][0] - time.monotonic())
-
-    def _claim_fits(self) -> bool:
-        """Whether a claim transaction may start: it must not hold up a fire taken ahead."""
-        return self._early_wait() > 2 * self._claim_cost
-
-    def _housekeeping_due(self) -> bool:
-        """Whether the chores run now: they are due and no fire taken ahead is so near that
-        they would hold it up (unless they are a whole period late)."""
-        clock = time.monotonic()
-        if clock < self._next_housekeeping:
-            return False
-        return self._early_wait() > 2 * self._chores_cost or (
-            clock >= self._next_housekeeping + HEARTBEAT_EVERY
-        )
-
-    def _flush_early(self) -> None:
-        """At close: wait for the claims taken ahead (at most ``claim_ahead`` away) and
-        publish them; whatever fails is taken over when its lease runs out."""
-        if not self._early or self.claimer is None:
-            return
-        try:
-            time.sleep(max(0.0, self._early[-1][0] - time.monotonic()))
-            claims = [claim for _, claim in self._early]
-            self._early = []
-            self._publish(self.claimer, claims)
-        except Exception as exc:  # closing must go on
-            logger.error("beat: publishing the claims taken ahead failed (%s)", self._scrub(exc))
 
     def _progress(self, stuck_at: datetime | None) -> None:
         """Note whether this tick could do the due work (``None``) or not (since when)."""
@@ -511,11 +455,6 @@ def _freeze_heap() -> None:
     if not _frozen:
         _frozen = True
         gc.freeze()
-
-
-def _lately(cost: float, took: float) -> float:
-    """The longest recent duration: ``took`` if longer, else ``cost`` decaying by a tenth."""
-    return max(took, 0.9 * cost)
 
 
 def _unsendable(exc: BaseException) -> str:

@@ -46,6 +46,9 @@ def _connect_args(url: str) -> dict[str, Any]:
     return {"timeout": 30} if url.startswith("sqlite") else {"connect_timeout": 3}
 
 
+#: Beat claims a fire this many seconds before its time and publishes it at the time.
+CLAIM_AHEAD = 0.1
+
 app = Celery("harness")
 app.conf.update(
     broker_url=os.environ.get("HARNESS_BROKER", "memory://"),
@@ -67,6 +70,7 @@ app.conf.update(
     # 1-second timers: the early-drop rule must not drop an on-time run that follows a
     # late one by less than a second.
     cronstore_tolerance=1.0,
+    cronstore_claim_ahead=CLAIM_AHEAD,
 )
 if os.environ.get("HARNESS_METRICS_PORT"):  # the soak's sampler reads each beat's figures
     app.conf.cronstore_metrics_port = int(os.environ["HARNESS_METRICS_PORT"])

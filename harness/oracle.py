@@ -10,11 +10,12 @@ from the task's creation to the moment its disable committed. Checked:
 * start once: at most one body start per fire (the recorder table has no unique key);
 * nothing silently lost: every expected grid point was delivered, or its ledger row is
   missed/expired/skipped/dropped with a reason;
-* nothing early: no claim and no delivery before the fire time (both on the database
-  clock);
+* nothing early: no delivery before the fire time, and no claim earlier than the
+  claim-ahead (``cronstore_claim_ahead``, 0.1 s) before it (both on the database clock);
 * no false "early" drop: the CronTask guard never drops an on-time run as early when
   the run before it started on time;
-* nothing after a disable: no ledger row after the disable committed, and no start of a
+* nothing after a disable: no ledger row after the disable committed (but a fire claimed
+  ahead just before it, for a time just after it, recorded dropped), and no start of a
   run after it (the guard refuses those).
 
 Grid points in the last ``tail`` seconds before a disable are not *expected* (beat may
@@ -33,13 +34,15 @@ import sqlalchemy as sa
 
 from celery_cronstore import parse_timer
 from celery_cronstore.store.schema import fire, periodic_task
-from harness.app import events
+from harness.app import CLAIM_AHEAD, events
 
 RECORDED = ("missed", "expired", "skipped", "dropped")
 #: States that are not an end: a fire left in one after the drain is stuck.
 IN_FLIGHT = ("claimed", "published", "started")
 #: ``cronstore_tolerance`` of the harness app (the CronTask early-drop slack).
 TOLERANCE = timedelta(seconds=1.0)
+#: How long before its fire time a fire may be claimed (``cronstore_claim_ahead``).
+AHEAD = timedelta(seconds=CLAIM_AHEAD)
 
 
 @dataclass
@@ -162,7 +165,7 @@ def judge(
             covered = [row.fire_time]
             if row.fire_until is not None:
                 covered = [p for p in points if row.fire_time <= p <= row.fire_until]
-            if row.fire_time > end:
+            if row.fire_time > end and not _stopped_by_the_disable(row, end):
                 result.violate(f"{task.name}: fire {row.fire_time} claimed after the disable")
             elif row.fire_time not in on_grid:
                 result.violate(f"{task.name}: ledger fire {row.fire_time} is not on the grid")
@@ -171,7 +174,7 @@ def judge(
                     f"{task.name}: {row.state} row at {row.fire_time} counts {row.fire_count} "
                     f"fires, the grid has {len(covered)} in its range"
                 )
-            if row.claimed_at is not None and row.claimed_at < row.fire_time:
+            if row.claimed_at is not None and row.claimed_at < row.fire_time - AHEAD:
                 result.violate(
                     f"{task.name}: fire {row.fire_time} claimed early at {row.claimed_at}"
                 )
@@ -219,6 +222,14 @@ def judge(
                 f"delivered{where}"
             )
     return result
+
+
+def _stopped_by_the_disable(row: Any, end: datetime) -> bool:
+    """A fire claimed ahead, before the disable committed, for a time just after it: it
+    must have been dropped, never published."""
+    return (
+        row.fire_time <= end + AHEAD and row.state == "dropped" and "disabled" in (row.reason or "")
+    )
 
 
 def _check_early_drops(result: Result, name: str, rows: list[Any]) -> None:

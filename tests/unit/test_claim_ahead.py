@@ -147,3 +147,33 @@ def test_an_injected_clock_claims_when_due(app: Celery, clock: FrozenClock) -> N
     assert store.history("a") == []
     scheduler.close()
     store.close()
+
+
+@pytest.mark.parametrize("when", ["tick", "close"])
+def test_a_disable_committed_before_the_fire_time_stops_a_claim_taken_ahead(
+    app: Celery, when: str
+) -> None:
+    """Claiming ahead must not let a fire run after its task's disable committed: the
+    task is read again just before the publish, and the fire recorded dropped."""
+    app.conf.cronstore_claim_ahead = 1.0
+    scheduler = Scheduler(app, lazy=True)
+    scheduler.tick()
+    store = scheduler.store
+    assert store is not None
+    fire_at = datetime.now(UTC) + timedelta(seconds=0.5)
+    store.add("off", task="x.do", timer=instant(fire_at))
+    store.add("on", task="x.do", timer=instant(fire_at))
+    sleep = scheduler.tick()  # both claimed ahead, held
+    assert [f.state for f in store.history("off")] == ["claimed"]
+    store.disable("off")  # committed before the fire time
+    if when == "close":
+        scheduler.close()
+    else:
+        while scheduler._early:
+            time.sleep(sleep)
+            sleep = scheduler.tick()
+    assert [m["cronstore_name"] for m in sent(app)] == ["on"]
+    (dropped,) = store.history("off")
+    assert dropped.state == "dropped"
+    assert "disabled" in (dropped.reason or "")
+    scheduler.close()

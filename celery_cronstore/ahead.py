@@ -1,0 +1,126 @@
+"""Claims taken ahead of their fire time (``cronstore_claim_ahead``): beat's timing.
+
+A mixin of :class:`celery_cronstore.Scheduler`. Beat claims a fire up to
+``claim_ahead`` seconds before its time (planned as of that time), holds the claim and
+publishes it when its time comes on this host's monotonic clock, so the claim's
+transaction does not make the fire late. Just before publishing, the tasks of the claims
+taken ahead are read again: one disabled or removed meanwhile is recorded ``dropped``
+(``Claimer.recheck``), so a disable committed before a fire's time stops it, as it
+does without claiming ahead. Housekeeping and new claims wait while a held fire is due
+sooner than twice what they lately take.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from celery_cronstore.config import Config
+from celery_cronstore.records import Claim
+from celery_cronstore.store import Claimer
+from celery_cronstore.upkeep import HEARTBEAT_EVERY
+
+__all__ = ["ClaimAhead", "Held", "lately"]
+
+logger = logging.getLogger("celery.beat")
+
+
+@dataclass(frozen=True)
+class Held:
+    """A claim waiting for its fire time."""
+
+    #: The ``time.monotonic()`` at which it is due.
+    due: float
+    claim: Claim
+    #: Claimed before its fire time: its task is read again before it is published.
+    ahead: bool
+
+
+def lately(cost: float, took: float) -> float:
+    """The longest recent duration: ``took`` if longer, else ``cost`` decaying by a tenth."""
+    return max(took, 0.9 * cost)
+
+
+class ClaimAhead:
+    """The scheduler's held claims (see the module docstring)."""
+
+    config: Config
+    claimer: Claimer | None
+    _early: list[Held]
+    _claim_cost: float
+    _chores_cost: float
+    _next_housekeeping: float
+
+    def _publish(self, claimer: Claimer, claims: list[Claim]) -> bool:
+        raise NotImplementedError
+
+    def _scrub(self, exc: BaseException) -> str:
+        raise NotImplementedError
+
+    def _hold_early(self, claims: list[Claim], looked_at: datetime, looked: float) -> None:
+        """Hold ``claims`` until their fire time. The database read ``looked_at`` on its
+        clock just before ``time.monotonic()`` was ``looked``: a fire is due at ``looked``
+        plus its fire time minus ``looked_at`` (never sooner; later by at most the reply
+        of that read). Those due already go out with the next :meth:`_publish_early`."""
+        if claims:
+            held = [
+                Held(looked + (c.fire_time - looked_at).total_seconds(), c, c.fire_time > looked_at)
+                for c in claims
+            ]
+            self._early = sorted(self._early + held, key=lambda item: item.due)
+
+    def _publish_early(self, claimer: Claimer) -> bool:
+        """Publish the claims taken ahead whose fire time has come (in fire-time order)."""
+        clock = time.monotonic()
+        count = 0
+        while count < len(self._early) and self._early[count].due <= clock:
+            count += 1
+        if not count:
+            return True
+        due = self._early[:count]
+        del self._early[:count]
+        return self._publish(claimer, _still_enabled(claimer, due))
+
+    def _early_wait(self) -> float:
+        """Seconds until the next claim taken ahead falls due (inf when none)."""
+        if not self._early:
+            return float("inf")
+        return max(0.0, self._early[0].due - time.monotonic())
+
+    def _claim_fits(self) -> bool:
+        """Whether a claim transaction may start: it must not hold up a fire taken ahead."""
+        return self._early_wait() > 2 * self._claim_cost
+
+    def _housekeeping_due(self) -> bool:
+        """Whether the chores run now: they are due and no fire taken ahead is so near that
+        they would hold it up (unless they are a whole period late)."""
+        clock = time.monotonic()
+        if clock < self._next_housekeeping:
+            return False
+        return self._early_wait() > 2 * self._chores_cost or (
+            clock >= self._next_housekeeping + HEARTBEAT_EVERY
+        )
+
+    def _flush_early(self) -> None:
+        """At close: wait for the claims taken ahead (at most ``claim_ahead`` away) and
+        publish them; whatever fails is taken over when its lease runs out."""
+        if not self._early or self.claimer is None:
+            return
+        try:
+            time.sleep(max(0.0, self._early[-1].due - time.monotonic()))
+            held, self._early = self._early, []
+            self._publish(self.claimer, _still_enabled(self.claimer, held))
+        except Exception as exc:  # closing must go on
+            logger.error("beat: publishing the claims taken ahead failed (%s)", self._scrub(exc))
+
+
+def _still_enabled(claimer: Claimer, held: list[Held]) -> list[Claim]:
+    """The claims of ``held`` to publish, in order: those taken before their fire time only
+    if their task is still there and enabled (the others are recorded dropped)."""
+    ahead = [h.claim for h in held if h.ahead]
+    if not ahead:
+        return [h.claim for h in held]
+    kept = {c.task_id for c in claimer.recheck(ahead)}
+    return [h.claim for h in held if not h.ahead or h.claim.task_id in kept]
