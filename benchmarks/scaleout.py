@@ -49,8 +49,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/14"
 QUEUE = "cronstore-bench-scaleout"
-#: Where parked due rows wait until the burst starts (far from due).
-PARKED = datetime(2099, 1, 1)
+#: Background rows are planned 6 to 23 hours ahead: beat re-plans at start every row
+#: planned more than a day beyond its timer's next fire (``store.sweep``), and that
+#: work must not run inside the measurement.
+BACKGROUND_QUARTERS = 68
 TASK_COLUMNS = (
     "name",
     "task",
@@ -348,8 +350,38 @@ def vacuum(engine: Any) -> None:
             conn.exec_driver_sql(f"VACUUM ANALYZE {table}")
 
 
+def parked(now: datetime) -> datetime:
+    """The daily tasks' next fire: tomorrow's midnight (naive UTC), under a day ahead."""
+    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return (midnight + timedelta(days=1)).replace(tzinfo=None)
+
+
+def background(start: int, stop: int, now: datetime) -> Iterator[tuple[Any, ...]]:
+    """Rows far from due, as ``_common.background_rows``, but under a day ahead."""
+    sys.path.insert(0, HERE)
+    from _common import TASK_NAMES, canonical_timers, floor_to
+
+    timers = canonical_timers()
+    base = (floor_to(now, timedelta(hours=1)) + timedelta(hours=6)).replace(tzinfo=None)
+    stamp = now.replace(tzinfo=None)
+    quarter = timedelta(minutes=15)
+    for i in range(start, stop):
+        timer = timers[i % len(timers)]
+        yield (
+            f"bench-{i:08d}",
+            TASK_NAMES[i % len(TASK_NAMES)],
+            timer.kind,
+            str(timer),
+            timer.tz_name,
+            "{}",
+            base + ((i * 7919) % BACKGROUND_QUARTERS) * quarter,
+            stamp,
+            stamp,
+        )
+
+
 def burst_rows(count: int, now: datetime) -> Iterator[tuple[Any, ...]]:
-    """Yield ``count`` daily tasks (``0 0 * * *`` UTC), parked far from due."""
+    """Yield ``count`` daily tasks (``0 0 * * *`` UTC) planned for tomorrow's midnight."""
     from celery_cronstore.timers import parse_timer
 
     sys.path.insert(0, HERE)
@@ -365,7 +397,7 @@ def burst_rows(count: int, now: datetime) -> Iterator[tuple[Any, ...]]:
             str(timer),
             "UTC",
             f'{{"n":{i}}}',
-            PARKED,
+            parked(now),
             stamp,
             stamp,
         )
@@ -403,19 +435,16 @@ def sustain_rows(rate: int, start: datetime) -> Iterator[tuple[Any, ...]]:
         )
 
 
-def prepare(url: str, args: argparse.Namespace, background: int) -> Any:
+def prepare(url: str, args: argparse.Namespace, count: int) -> Any:
     """Create the schema and the background rows; return the Store."""
-    sys.path.insert(0, HERE)
-    from _common import fill
-
     from celery_cronstore.store import Store
 
     store = Store(url)
     store.upgrade()
     t = time.perf_counter()
-    fill(store.engine, 0, background, store.now())
+    copy_rows(store.engine, background(0, count, store.now()))
     print(
-        f"  filled {background:,} background rows in {time.perf_counter() - t:.1f}s",
+        f"  filled {count:,} background rows in {time.perf_counter() - t:.1f}s",
         file=sys.stderr,
         flush=True,
     )
@@ -449,7 +478,7 @@ def burst_round(store: Any, url: str, replicas: int, args: argparse.Namespace) -
                 "UPDATE cronstore_periodic_task SET next_run = :parked, last_fire = NULL,"
                 " total_run_count = 0 WHERE name LIKE 'due-%'"
             ),
-            {"parked": PARKED},
+            {"parked": parked(store.now())},
         )
     vacuum(store.engine)
     beats = [Replica(url, args) for _ in range(replicas)]
