@@ -594,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
         with store.begin() as conn:
             conn.exec_driver_sql("TRUNCATE cronstore_fire")
         figures["wal"] = wal_per_fire(store.engine, ids)
-        figures["prune_us"] = prune_cost(store, ids, 20_000)
+        # 20 old fires per task: the rule keeps each task's newest, the rest may go.
+        figures["prune_us"] = prune_cost(store, ids[:1000], 20_000)
         with store.begin() as conn:
             conn.exec_driver_sql("TRUNCATE cronstore_fire")
         figures["claim"] = claim_cost(store, args.due)

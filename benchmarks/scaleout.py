@@ -102,7 +102,13 @@ def child(args: argparse.Namespace) -> int:
     marks: dict[str, float] = {}
     cpu_start = [time.process_time()]
 
-    claimer = scheduler._ready()
+    claimer = None
+    while claimer is None:  # as tick() would: a failed start is tried again
+        try:
+            claimer = scheduler._ready()
+        except Exception as exc:
+            print(f"beat start failed ({type(exc).__name__}); again", file=sys.stderr)
+            time.sleep(0.5)
     inner_tick = scheduler._tick
     inner_claim = claimer.claim_due
     inner_publish = scheduler._publish
