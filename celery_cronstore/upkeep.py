@@ -18,6 +18,7 @@ from celery_cronstore.config import Config
 from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY
 from celery_cronstore.records import Claim
 from celery_cronstore.store import Claimer, Store
+from celery_cronstore.store.idle import Chores
 from celery_cronstore.store.retention import Pruner
 
 __all__ = ["HEARTBEAT_EVERY", "PRUNE_BUDGET", "Upkeep"]
@@ -30,6 +31,8 @@ HEARTBEAT_EVERY = 5.0
 #: of the time between two): a batch of 1,000 rows takes about 50 ms on PostgreSQL, so
 #: beat keeps up with about 2,000 fires/s (one batch per housekeeping: 200/s).
 PRUNE_BUDGET = 0.5
+#: Seconds the pruning leaves free before the next fire is claimed.
+PRUNE_MARGIN = 0.05
 
 
 class Upkeep:
@@ -78,24 +81,33 @@ class Upkeep:
         # claims whose lease ran out: the same take-over publishes them again.
         reclaimed = claimer.reclaim_expired() if chores.expired or unstarted or abandoned else []
         self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
-        self._prune(claimer, (chores.now, chores.oldest_fire) if chores.looked else None)
+        self._prune(claimer, chores)
         if reclaimed:
             logger.warning("beat: re-publishing %d claim(s) whose lease ran out", len(reclaimed))
             return self._publish(claimer, reclaimed)
         return True
 
-    def _prune(self, claimer: Claimer, look: tuple[datetime, datetime | None] | None) -> None:
+    def _prune(self, claimer: Claimer, chores: Chores) -> None:
         """Delete old fire history (``cronstore_history_days``) in small batches.
 
         Bounded transactions while a pass has work, for at most ``PRUNE_BUDGET`` seconds
-        per housekeeping (one batch at least); a minute's pause
-        after each pass; no pass while housekeeping's ``look`` (database time, oldest fire)
-        shows nothing old. A failure is logged and never stops the firing.
+        per housekeeping and never past the next fire's claim (one batch at least); a
+        minute's pause after each pass; no pass while housekeeping's look (database time,
+        oldest fire) shows nothing old. A failure is logged and never stops the firing.
         """
         if self._pruner is None:
             self._pruner = Pruner(claimer.db)
+        moment = time.monotonic()
         try:
-            step = self._pruner.pace(self.config.history, time.monotonic(), look, PRUNE_BUDGET)
+            if self.config.history is None or moment < self._pruner.resume_at:
+                return
+            look = (chores.now, chores.oldest_fire) if chores.looked else None
+            now, earliest = (chores.now, chores.earliest) if chores.looked else claimer.peek()
+            budget = PRUNE_BUDGET
+            if earliest is not None:
+                room = (earliest - now).total_seconds() - self.config.claim_ahead
+                budget = max(0.0, min(budget, room - PRUNE_MARGIN))
+            step = self._pruner.pace(self.config.history, moment, look, budget)
         except SQLAlchemyError as exc:
             logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
             return

@@ -109,6 +109,25 @@ def test_a_backlog_drains_in_batches_within_the_budget(
     scheduler.close()
 
 
+def test_pruning_stops_short_of_the_next_fire(
+    app: Celery, store: Store, clock: FrozenClock
+) -> None:
+    """The budget never runs into the next fire's claim: with a fire due in 0.1 s a
+    housekeeping prunes one batch only, with none due it drains the backlog."""
+    write_history(store, 40, 25)
+    write_history(store, 1, 5)
+    store.add("soon", task="x.do", timer=(T0 + timedelta(seconds=0.1)).isoformat())
+    scheduler = make(app, store, batch=10)
+    housekeep(scheduler)
+    assert ledger_size(store) == 30 - 10  # one batch: the fire comes first
+    store.disable("soon")
+    assert scheduler._pruner is not None
+    scheduler._pruner.resume_at = 0.0
+    housekeep(scheduler)
+    assert ledger_size(store) == 6
+    scheduler.close()
+
+
 def test_after_a_pass_beat_waits_before_pruning_again(app: Celery, store: Store) -> None:
     scheduler = make(app, store)
     housekeep(scheduler)  # an empty ledger: the pass ends at once
