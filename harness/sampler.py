@@ -3,8 +3,8 @@
 Each beat replica serves its Prometheus metrics on a port of its own
 (``cronstore_metrics_port``); every ``every`` seconds the sampler reads, per replica, the
 tick histogram's sum and count and the process's resident memory, and counts the ledger's
-rows. A replica restarted by a fault starts its counters again: a count that went down is
-read as a fresh process.
+rows. A replica restarted by a fault starts its counters again: a new process start time
+means counting from zero (the ticks of a process killed between two looks are not seen).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Sample:
 
 def _scrape(port: int) -> dict[str, float]:
     wanted = ("cronstore_beat_tick_seconds_sum", "cronstore_beat_tick_seconds_count",
-              "process_resident_memory_bytes")  # fmt: skip
+              "process_resident_memory_bytes", "process_start_time_seconds")  # fmt: skip
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
         text = reply.read().decode()
     out: dict[str, float] = {}
@@ -98,11 +98,12 @@ class Sampler:
             except OSError:
                 continue  # killed or stopped right now
             before = self._last.get(port, {})
-            count = "cronstore_beat_tick_seconds_count"
-            if seen.get(count, 0.0) < before.get(count, 0.0):  # restarted since the last look
+            started = "process_start_time_seconds"
+            if seen.get(started) != before.get(started):  # restarted since the last look
                 before = {}
             for name, value in seen.items():
-                delta[name] = delta.get(name, 0.0) + value - before.get(name, 0.0)
+                if not name.startswith("process_"):
+                    delta[name] = delta.get(name, 0.0) + value - before.get(name, 0.0)
             self._last[port] = seen
             rss = max(rss, int(seen.get("process_resident_memory_bytes", 0)))
         total = delta.get("cronstore_beat_tick_seconds_sum", 0.0)
