@@ -481,7 +481,7 @@ def extrapolate(f: dict[str, Any], args: argparse.Namespace) -> list[list[str]]:
         ],
         [
             f"ledger kept for {args.history_days:g} days",
-            f"{size['fire_bytes']:.0f} B/row (heap + 4 indexes)",
+            f"{size['fire_bytes']:.0f} B/row (heap + 5 indexes)",
             f"{ledger_rows / 1e9:,.1f} billion rows, "
             f"{ledger_rows * size['fire_bytes'] / 2**40:,.1f} TB",
         ],
