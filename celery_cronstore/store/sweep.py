@@ -31,8 +31,8 @@ __all__ = ["AHEAD", "LOGGED", "Stray", "replan_strays"]
 AHEAD = timedelta(days=1)
 #: Strays named one by one in beat's log; the rest are counted.
 LOGGED = 20
-#: Rows read per round trip.
-_BATCH = 1000
+#: Rows read per round trip, and rows handed back per transaction.
+_BATCH = 500
 
 _PT = periodic_task.c
 
@@ -69,9 +69,11 @@ def replan_strays(db: Database) -> list[Stray]:
                 reason = f"the row cannot be read ({exc})"
             if reason is not None:
                 strays.append(Stray(row.id, row.name, row.version, reason))
-    if strays:
+    # Short transactions: replicas starting together, each sweeping, never hold many
+    # row locks for long (the second finds the versions moved and leaves those rows).
+    for start in range(0, len(strays), _BATCH):
         with db.begin() as conn:
-            for stray in strays:
+            for stray in strays[start : start + _BATCH]:
                 conn.execute(
                     sa.update(periodic_task)
                     .where(_PT.id == stray.task_id, _PT.version == stray.version)
