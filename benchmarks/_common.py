@@ -59,13 +59,16 @@ def floor_to(moment: datetime, step: timedelta) -> datetime:
     return epoch + ((moment - epoch) // step) * step
 
 
-def background_rows(start: int, stop: int, now: datetime) -> Iterator[tuple[Any, ...]]:
+def background_rows(
+    start: int, stop: int, now: datetime, quarters: int = 72
+) -> Iterator[tuple[Any, ...]]:
     """Yield rows ``start .. stop-1`` that are far from due: next_run 6 h to 24 h ahead.
 
     ``next_run`` is a whole hour plus a multiple of 15 minutes (a grid point of every timer
-    in the mix but the daily and business-hours ones), spread over 18 hours; the values
-    are aware UTC datetimes. None is more than a day ahead: a starting beat checks such
-    rows against their timer (``store.sweep``) and would plan these again.
+    in the mix but the daily and business-hours ones), spread over ``quarters`` quarter
+    hours (default 72: 18 hours); the values are aware UTC datetimes. None is more than a
+    day ahead: a starting beat checks such rows against their timer (``store.sweep``) and
+    would plan these again.
     """
     timers = canonical_timers()
     base = floor_to(now, timedelta(hours=1)) + timedelta(hours=6)
@@ -78,7 +81,7 @@ def background_rows(start: int, stop: int, now: datetime) -> Iterator[tuple[Any,
             timer.kind,
             str(timer),
             timer.tz_name,
-            base + ((i * 7919) % 72) * quarter,
+            base + ((i * 7919) % quarters) * quarter,
             now,
             now,
         )

@@ -363,27 +363,12 @@ def parked(now: datetime) -> datetime:
 
 
 def background(start: int, stop: int, now: datetime) -> Iterator[tuple[Any, ...]]:
-    """Rows far from due, as ``_common.background_rows``, but under a day ahead."""
+    """``_common.background_rows`` (under a day ahead) with empty args, in naive UTC."""
     sys.path.insert(0, HERE)
-    from _common import TASK_NAMES, canonical_timers, floor_to
+    from _common import background_rows
 
-    timers = canonical_timers()
-    base = (floor_to(now, timedelta(hours=1)) + timedelta(hours=6)).replace(tzinfo=None)
-    stamp = now.replace(tzinfo=None)
-    quarter = timedelta(minutes=15)
-    for i in range(start, stop):
-        timer = timers[i % len(timers)]
-        yield (
-            f"bench-{i:08d}",
-            TASK_NAMES[i % len(TASK_NAMES)],
-            timer.kind,
-            str(timer),
-            timer.tz_name,
-            "{}",
-            base + ((i * 7919) % BACKGROUND_QUARTERS) * quarter,
-            stamp,
-            stamp,
-        )
+    for row in background_rows(start, stop, now, BACKGROUND_QUARTERS):
+        yield (*row[:5], "{}", *(t.replace(tzinfo=None) for t in row[5:]))
 
 
 def burst_rows(count: int, now: datetime) -> Iterator[tuple[Any, ...]]:
