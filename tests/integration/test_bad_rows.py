@@ -9,13 +9,13 @@ once, the healthy task keeps firing in the same tick, and fixing the row makes i
 from __future__ import annotations
 
 import logging
-import queue
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
+from queues import drain
 from timeline import at
 
 from celery_cronstore.scheduler import Scheduler
@@ -53,17 +53,9 @@ def beat(app: Celery, store: Store) -> Scheduler:
 def sent(app: Celery) -> list[str]:
     """Drain queue 'q'; return the cronstore name of every message, in order."""
     names = []
-    with app.connection_for_read() as conn:
-        q = conn.SimpleQueue("q")
-        while True:
-            try:
-                message = q.get(timeout=0.05)
-            except queue.Empty:
-                break
-            names.append(message.headers["cronstore_name"])
-            assert message.content_type == "application/json"
-            message.ack()
-        q.close()
+    for message in drain(app):
+        names.append(message.headers["cronstore_name"])
+        assert message.content_type == "application/json"
     return names
 
 

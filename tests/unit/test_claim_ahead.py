@@ -3,7 +3,6 @@ at it, never before it, in fire-time order."""
 
 from __future__ import annotations
 
-import queue
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from queues import drain
 from timeline import T0
 
 from celery_cronstore.scheduler import Scheduler
@@ -37,18 +37,7 @@ def app(tmp_path: Path) -> Celery:
 
 
 def sent(app: Celery) -> list[dict[str, Any]]:
-    out = []
-    with app.connection_for_read() as conn:
-        q = conn.SimpleQueue("q")
-        while True:
-            try:
-                message = q.get(timeout=0.05)
-            except queue.Empty:
-                break
-            out.append(dict(message.headers))
-            message.ack()
-        q.close()
-    return out
+    return [dict(message.headers) for message in drain(app)]
 
 
 def instant(at: datetime) -> str:

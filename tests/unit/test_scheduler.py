@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 from celery import Celery
 from celery.schedules import crontab
+from queues import drain
 from timeline import T0
 
 from celery_cronstore.scheduler import Scheduler
@@ -52,18 +52,7 @@ def make(app: Celery, store: Store) -> Scheduler:
 
 def sent(app: Celery) -> list[dict[str, Any]]:
     """Drain the in-memory queue 'q': one dict of headers + args per message."""
-    out = []
-    with app.connection_for_read() as conn:
-        q = conn.SimpleQueue("q")
-        while True:
-            try:
-                message = q.get(timeout=0.05)
-            except queue.Empty:
-                break
-            out.append({**message.headers, "args": message.payload[0]})
-            message.ack()
-        q.close()
-    return out
+    return [{**message.headers, "args": message.payload[0]} for message in drain(app)]
 
 
 def test_lazy_construction_touches_nothing(app: Celery, url: str, tmp_path: Path) -> None:

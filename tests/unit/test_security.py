@@ -7,7 +7,6 @@ port on loopback (nothing listens on port 1), so no server is needed.
 from __future__ import annotations
 
 import logging
-import queue
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from queues import drain
 from timeline import T0
 
 from celery_cronstore.publish import publish
@@ -58,18 +58,7 @@ def store(url: str, clock: FrozenClock) -> Iterator[Store]:
 
 
 def messages(app: Celery) -> list[Any]:
-    out = []
-    with app.connection_for_read() as conn:
-        q = conn.SimpleQueue("q")
-        while True:
-            try:
-                message = q.get(timeout=0.05)
-            except queue.Empty:
-                break
-            out.append(message)
-            message.ack()
-        q.close()
-    return out
+    return drain(app)
 
 
 def beat(app: Celery, store: Store) -> Scheduler:
