@@ -165,8 +165,11 @@ def judge(
             covered = [row.fire_time]
             if row.fire_until is not None:
                 covered = [p for p in points if row.fire_time <= p <= row.fire_until]
-            if row.fire_time > end and not _stopped_by_the_disable(row, end):
-                result.violate(f"{task.name}: fire {row.fire_time} claimed after the disable")
+            if row.fire_time > end:
+                if not _stopped_by_the_disable(row, end):
+                    result.violate(f"{task.name}: fire {row.fire_time} claimed after the disable")
+                elif timer.next_after(row.fire_time - timedelta(microseconds=1)) != row.fire_time:
+                    result.violate(f"{task.name}: ledger fire {row.fire_time} is not on the grid")
             elif row.fire_time not in on_grid:
                 result.violate(f"{task.name}: ledger fire {row.fire_time} is not on the grid")
             if len(covered) != row.fire_count:
