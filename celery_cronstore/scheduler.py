@@ -32,6 +32,7 @@ from celery_cronstore.errors import (
     StoreError,
 )
 from celery_cronstore.metrics import BeatMetrics, start_metrics
+from celery_cronstore.pruning import Finisher
 from celery_cronstore.publish import publish
 from celery_cronstore.records import Claim
 from celery_cronstore.secrets import app_passwords, scrub
@@ -75,6 +76,7 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
         self._failures = 0
         self._next_housekeeping = 0.0
         self._pruner: Pruner | None = None
+        self._finisher: Finisher | None = None  # the rest of a prune pass (``pruning``)
         self._started_at: datetime | None = None
         self._closed = False
         self._reported_errors: set[tuple[str, str]] = set()
@@ -150,6 +152,8 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
             self._flush_early()
             super().close()
         finally:
+            if self._finisher is not None:
+                self._finisher.stop()
             for held in (self._listener, self.claimer):
                 if held is not None:
                     held.close()

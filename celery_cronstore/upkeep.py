@@ -3,7 +3,8 @@
 A mixin of :class:`celery_cronstore.Scheduler`: the heartbeat that ``cronstore health``
 reads (with the stall and the clock offset), fires whose worker went silent recorded
 ``abandoned``, published fires that never started handed back, lapsed claims taken over,
-one small batch of old history pruned.
+old history pruned in small batches (the rest of a pass beat has no room for goes on in
+:mod:`celery_cronstore.pruning`'s thread).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from celery_cronstore.config import Config
 from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY
+from celery_cronstore.pruning import Finisher
 from celery_cronstore.records import Claim
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.idle import Chores
@@ -46,6 +48,7 @@ class Upkeep:
     _next_clock_warning: float
     _next_housekeeping: float
     _pruner: Pruner | None
+    _finisher: Finisher | None
 
     def _publish(self, claimer: Claimer, claims: list[Claim]) -> bool:
         raise NotImplementedError
@@ -91,15 +94,22 @@ class Upkeep:
         """Delete old fire history (``cronstore_history_days``) in small batches.
 
         Bounded transactions while a pass has work, for at most ``PRUNE_BUDGET`` seconds
-        per housekeeping and never past the next fire's claim (one batch at least); a
-        minute's pause after each pass; no pass while housekeeping's look (database time,
-        oldest fire) shows nothing old. A failure is logged and never stops the firing.
+        per housekeeping and never past the next fire's claim (one batch at least); what
+        is left of the pass then goes on in a :class:`~celery_cronstore.pruning.Finisher`
+        thread (not for an in-memory SQLite database: one connection). A minute's pause
+        after each pass; no pass while housekeeping's look (database time, oldest fire)
+        shows nothing old. A failure is logged and never stops the firing.
         """
         if self._pruner is None:
             self._pruner = Pruner(claimer.db)
+        if self._finisher is not None:
+            if self._finisher.running:
+                return
+            self._finisher = None
         moment = time.monotonic()
+        keep = self.config.history
         try:
-            if self.config.history is None or moment < self._pruner.resume_at:
+            if keep is None or moment < self._pruner.resume_at:
                 return
             look = (chores.now, chores.oldest_fire) if chores.looked else None
             now, earliest = (chores.now, chores.earliest) if chores.looked else claimer.peek()
@@ -107,12 +117,16 @@ class Upkeep:
             if earliest is not None:
                 room = (earliest - now).total_seconds() - self.config.claim_ahead
                 budget = max(0.0, min(budget, room - PRUNE_MARGIN))
-            step = self._pruner.pace(self.config.history, moment, look, budget)
+            step = self._pruner.pace(keep, moment, look, budget)
         except SQLAlchemyError as exc:
             logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
             return
         if step is not None and step.deleted:
             logger.debug("beat: pruned %d old ledger row(s)", step.deleted)
+        if step is not None and not step.done and claimer.db.threads:
+            # No room before the next fire: the rest of the pass goes on off this thread.
+            self._finisher = Finisher(self._pruner, keep, self._scrub)
+            self._finisher.start()
 
     def _warn_shared_sqlite(self, store: Store, claimer: Claimer, started_at: datetime) -> None:
         """Say so at start when another live beat uses the same SQLite file."""

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.pool import StaticPool
 
 from celery_cronstore.store.engine import WRITE_OPTION, Clock, db_now, probe
 
@@ -31,6 +32,12 @@ class Database:
     def is_sqlite(self) -> bool:
         """Whether this is SQLite (no row locks: writers serialize with BEGIN IMMEDIATE)."""
         return self.dialect.name == "sqlite"
+
+    @property
+    def threads(self) -> bool:
+        """Whether another thread may use a connection of its own alongside (not when the
+        pool holds one shared connection, as for an in-memory SQLite database)."""
+        return not isinstance(self.engine.pool, StaticPool)
 
     @contextmanager
     def begin(self) -> Iterator[sa.Connection]:

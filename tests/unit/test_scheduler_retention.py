@@ -1,7 +1,9 @@
-"""Beat prunes the fire ledger in its housekeeping: one small batch, then a pause."""
+"""Beat prunes the fire ledger in its housekeeping: small batches within a budget, the rest
+of a pass on a thread of its own, then a pause."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -76,10 +78,73 @@ def make(app: Celery, store: Store, batch: int = 1000) -> Scheduler:
     return scheduler
 
 
-def test_housekeeping_prunes_one_batch_at_a_time(
+def finish(scheduler: Scheduler) -> None:
+    """Wait for the prune thread, if housekeeping started one."""
+    if scheduler._finisher is not None:
+        assert scheduler._finisher.wait(10), "the prune thread did not end"
+
+
+def test_without_room_the_rest_of_the_pass_goes_on_off_the_beat_thread(
     app: Celery, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(upkeep, "PRUNE_BUDGET", 0.0)  # no time for a second batch
+    write_history(store, 40, 25)  # 24 may go (the newest stays)
+    write_history(store, 1, 5)  # recent: stays
+    scheduler = make(app, store, batch=10)
+    assert scheduler._pruner is not None
+    threads: list[str] = []
+    step = scheduler._pruner.step
+
+    def watched(*args: object, **kwargs: object) -> object:
+        threads.append(threading.current_thread().name)
+        return step(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scheduler._pruner, "step", watched)
+    housekeep(scheduler)
+    finish(scheduler)
+    assert ledger_size(store) == 6
+    # One batch on beat's thread, the rest (three more batches of 10) on the prune thread.
+    assert threads == ["MainThread", "cronstore-prune", "cronstore-prune", "cronstore-prune"]
+    scheduler.close()
+
+
+def test_beat_starts_no_pass_while_the_prune_thread_runs(
+    app: Celery, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(upkeep, "PRUNE_BUDGET", 0.0)
+    write_history(store, 40, 25)
+    scheduler = make(app, store, batch=10)
+    assert scheduler._pruner is not None
+    calls: list[str] = []
+    release = threading.Event()
+    step = scheduler._pruner.step
+
+    def held(*args: object, **kwargs: object) -> object:
+        calls.append(threading.current_thread().name)
+        if threading.current_thread().name == "cronstore-prune":
+            release.wait(10)
+        return step(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scheduler._pruner, "step", held)
+    housekeep(scheduler)  # one batch here, then the thread holds in its first batch
+    scheduler._pruner.resume_at = 0.0
+    housekeep(scheduler)
+    assert calls == ["MainThread", "cronstore-prune"]  # no second pass meanwhile
+    release.set()
+    finish(scheduler)
+    assert ledger_size(store) == 1
+    scheduler.close()
+
+
+def test_an_in_memory_store_prunes_one_batch_per_housekeeping(
+    monkeypatch: pytest.MonkeyPatch, clock: FrozenClock
+) -> None:
+    """One shared connection (``sqlite://``): no thread, one batch per housekeeping."""
+    monkeypatch.setattr(upkeep, "PRUNE_BUDGET", 0.0)
+    app = Celery("t", broker="memory://", set_as_current=False)
+    app.conf.update(cronstore_url="sqlite://", task_default_queue="q")
+    store = Store("sqlite://", clock=clock)
+    store.upgrade()
     write_history(store, 40, 25)  # 24 may go (the newest stays)
     write_history(store, 1, 5)  # recent: stays
     scheduler = make(app, store, batch=10)
@@ -87,6 +152,7 @@ def test_housekeeping_prunes_one_batch_at_a_time(
     for _ in range(4):
         housekeep(scheduler)
         sizes.append(ledger_size(store))
+    assert scheduler._finisher is None
     assert sizes == [20, 10, 6, 6]  # 10 rows read per housekeeping, never more
     scheduler.close()
 
@@ -104,27 +170,33 @@ def test_a_backlog_drains_in_batches_within_the_budget(
     assert scheduler._pruner is not None
     scheduler._pruner.resume_at = 0.0  # a minute later
     housekeep(scheduler)
-    # No budget: one batch of 10 rows read, the 6 kept ones first by id, 4 deleted.
-    assert ledger_size(store) == 6 + 25 - 4
+    finish(scheduler)
+    # No budget: one batch here, the rest of the pass on the prune thread.
+    assert ledger_size(store) == 6 + 1
     scheduler.close()
 
 
 def test_pruning_stops_short_of_the_next_fire(
     app: Celery, store: Store, clock: FrozenClock
 ) -> None:
-    """The budget never runs into the next fire's claim: with a fire due in 0.1 s a
-    housekeeping prunes one batch only, with none due it drains the backlog."""
+    """The budget never runs into the next fire's claim: with a fire due in 0.1 s beat
+    prunes one batch and hands the rest to the prune thread; with none due it drains the
+    backlog itself."""
     write_history(store, 40, 25)
     write_history(store, 1, 5)
     store.add("soon", task="x.do", timer=(T0 + timedelta(seconds=0.1)).isoformat())
     scheduler = make(app, store, batch=10)
     housekeep(scheduler)
-    assert ledger_size(store) == 30 - 10  # one batch: the fire comes first
+    assert scheduler._finisher is not None  # one batch here: the fire comes first
+    finish(scheduler)
+    assert ledger_size(store) == 6
+    write_history(store, 39, 25)  # another task: 24 may go
     store.disable("soon")
     assert scheduler._pruner is not None
     scheduler._pruner.resume_at = 0.0
     housekeep(scheduler)
-    assert ledger_size(store) == 6
+    assert scheduler._finisher is None  # room enough: no thread
+    assert ledger_size(store) == 7
     scheduler.close()
 
 

@@ -1,0 +1,80 @@
+"""Finish a prune pass beat had no time for, on a thread and a connection of its own.
+
+Beat prunes between ticks within a budget that ends before the next fire's claim. A beat
+firing hundreds of times a second never has that room: the next fire is always close, so
+it would prune one batch per housekeeping and the ledger would grow without a bound. When
+a pass is left unfinished, :class:`Finisher` goes on with it off the beat thread, one
+short transaction per batch, resting after each as long as the batch took (it holds
+SQLite's write lock, or a PostgreSQL connection, at most half the time). Beat starts no
+other pass while it runs; a failure is logged and the next pass waits the usual pause.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from celery_cronstore.store.retention import PRUNE_PAUSE, Pruner
+
+__all__ = ["REST", "Finisher"]
+
+logger = logging.getLogger("celery.beat")
+
+#: Seconds the thread rests after a batch, per second the batch took.
+REST = 1.0
+
+
+class Finisher:
+    """One background run of the rest of a prune pass (see the module docstring)."""
+
+    def __init__(
+        self, pruner: Pruner, keep: timedelta, scrub: Callable[[BaseException], str]
+    ) -> None:
+        self.pruner = pruner
+        self.keep = keep
+        self._scrub = scrub
+        #: Rows deleted so far by this run.
+        self.deleted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cronstore-prune", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread (once)."""
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        """Whether the pass is still going (beat must not touch the pruner meanwhile)."""
+        return self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the pass to end; return whether it did."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the thread to end after its current batch, and wait for it."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                began = time.monotonic()
+                step = self.pruner.step(self.keep)
+                self.deleted += step.deleted
+                if step.done:
+                    break
+                self._stop.wait(REST * (time.monotonic() - began))
+        except SQLAlchemyError as exc:
+            self.pruner.after = 0
+            logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
+        finally:
+            self.pruner.resume_at = time.monotonic() + PRUNE_PAUSE
+            logger.debug("beat: the prune thread deleted %d old ledger row(s)", self.deleted)
