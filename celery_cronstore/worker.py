@@ -87,8 +87,8 @@ class Liveness:
         self.store = store
         self.abandon_after = abandon_after
         self.running: set[str] = set()
-        #: Which run of its fire each running CronTask fire is (``RunStart.rerun``): its
-        #: heartbeats are fenced on it (plain tasks' are not).
+        #: Which run of its fire each running fire is (``RunStart.rerun``, or what
+        #: ``runs.record_start`` returned): its heartbeats and end are fenced on it.
         self.runs: dict[str, int] = {}
         self.outbox: deque[tuple[str, str, dict[str, Any]]] = deque(maxlen=OUTBOX_MAX)
         self._guard = threading.Lock()
@@ -225,8 +225,9 @@ def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
     try:
         live = liveness_for(task.app)
         node = str(task.request.hostname or socket.gethostname())
-        if runs.record_start(live.store.db, task_id, node=node, abandon_after=live.abandon_after):
-            live.started(task_id)
+        run = runs.record_start(live.store.db, task_id, node=node, abandon_after=live.abandon_after)
+        if run is not None:
+            live.started(task_id, run)
     except Exception as exc:
         _unrecorded(task, exc)
 
@@ -248,7 +249,8 @@ def _on_postrun(
         live = liveness_for(task.app)
         if outcome == "retrying":
             details["hold"] = live.abandon_after * 4  # the retry's countdown is not known here
-        live.finish(task_id, outcome, **details)
+        # Fenced on the run it started: a late end of a run re-run elsewhere records nothing.
+        live.finish(task_id, outcome, run=live.runs.get(task_id), **details)
     except Exception as exc:
         _unrecorded(task, exc)
 

@@ -316,11 +316,13 @@ def _fence(run: int | None) -> tuple[sa.ColumnElement[bool], ...]:
     return () if run is None else (_F.reruns == run,)
 
 
-def record_start(db: Database, task_id: str, *, node: str, abandon_after: float) -> bool:
+def record_start(db: Database, task_id: str, *, node: str, abandon_after: float) -> int | None:
     """Record that a fire of a plain task (no guard) started on ``node``.
 
     Its ledger row becomes ``started`` (with a liveness lease, as a CronTask's) and the
-    periodic task's ``last_run`` its start. Return whether a published fire was started.
+    periodic task's ``last_run`` its start. Return which run of the fire was started
+    (its ``reruns``: 0, or 1 for a re-run after its worker went silent), to fence the
+    end record on (:func:`finish_fire`'s ``run``); ``None`` if no published fire was.
     """
     with db.begin() as conn:
         now = db.now(conn)
@@ -335,10 +337,14 @@ def record_start(db: Database, task_id: str, *, node: str, abandon_after: float)
             )
         )
         if done.rowcount != 1:
-            return False
-        owner = sa.select(_F.periodic_task_id).where(_F.task_id == task_id).scalar_subquery()
-        conn.execute(sa.update(periodic_task).where(_PT.id == owner).values(last_run=now))
-        return True
+            return None
+        row = conn.execute(
+            sa.select(_F.periodic_task_id, _F.reruns).where(_F.task_id == task_id)
+        ).one()
+        conn.execute(
+            sa.update(periodic_task).where(_PT.id == row.periodic_task_id).values(last_run=now)
+        )
+        return int(row.reruns)
 
 
 def keep_alive(

@@ -262,3 +262,83 @@ def test_a_bad_abandon_policy_is_refused_naming_the_value(store: Store, bad: obj
     with pytest.raises(ValueError, match=f"got {bad!r}"):
         store.update("x", abandon_policy=bad)
     assert store.update("x", abandon_policy="rerun").abandon_policy == "rerun"
+
+
+def test_a_plain_task_s_late_end_cannot_overwrite_its_rerun(
+    tmp_path: Path, clock: FrozenClock
+) -> None:
+    """Regression: a plain (acks_late) fire re-run after its worker went silent was
+    fenced nowhere: the first worker coming back late recorded its end over the re-run's.
+    Both runs go through the worker's signal handlers (an eager ``apply`` sends them)."""
+    from celery import Celery
+
+    from celery_cronstore import worker
+    from celery_cronstore.policy.messages import H_NAME
+
+    url = f"sqlite:///{tmp_path / 'plain.sqlite'}"
+    store = Store(url, clock=clock)
+    store.upgrade()
+    app = Celery("plain", broker="memory://", set_as_current=False)
+    app.conf.update(cronstore_url=url, cronstore_abandon_after=30)
+    worker.use_store(app, store)
+    ends: list[str] = []
+
+    @app.task(name="t.run", acks_late=True)
+    def body(outcome: str) -> str:
+        ends.append(outcome)
+        return outcome
+
+    try:
+        beat, task_id = _running_plain(store, clock, "plain-late")
+        # Run 0 starts on w1 (the prerun signal); then w1 goes silent past abandon_after.
+        worker._on_prerun(task=_Ran(body, task_id))
+        assert worker.liveness_for(app).runs == {task_id: 0}
+        assert _fire(store, task_id).node == "w1"
+        clock.set(at(3600 + 31))
+        assert beat.abandon_silent(lambda name: True) == 1
+        (claim,) = beat.reclaim_expired()
+        beat.mark_published([claim])
+        # The re-run starts on another worker (a second process: its own fence, run 1).
+        assert runs.record_start(store.db, task_id, node="w2", abandon_after=30) == 1
+        assert runs.keep_alive(store.db, [task_id], 30, run=0) == 0
+        # Run 0's late end, through the postrun signal handler: fenced, nothing recorded.
+        worker._on_postrun(task=_Ran(body, task_id), retval="late", state="SUCCESS")
+        fire = _fire(store, task_id)
+        assert (fire.state, fire.node, fire.result) == ("started", "w2", None)
+        # The re-run's own end is recorded (run 1).
+        assert runs.finish_fire(store.db, task_id, "succeeded", result="ok", run=1)
+        assert _fire(store, task_id).state == "succeeded"
+        # And a fresh fire run whole through the signals is recorded as usual.
+        clock.set(at(7200))
+        (nxt,) = beat.claim_due().claims
+        beat.mark_published([nxt])
+        body.apply(args=("fresh",), task_id=nxt.task_id, headers={H_NAME: "plain-late"})
+        assert ends == ["fresh"]
+        fresh = _fire(store, nxt.task_id)
+        assert (fresh.state, fresh.reruns) == ("succeeded", 0)
+    finally:
+        worker.use_store(app, None)
+        store.close()
+
+
+class _Ran:
+    """What the postrun signal carries: a task whose request is the one that ran."""
+
+    def __init__(self, task: object, task_id: str) -> None:
+        from types import SimpleNamespace
+
+        from celery_cronstore.policy.messages import H_NAME
+
+        self.app = task.app  # type: ignore[attr-defined]
+        self.request = SimpleNamespace(id=task_id, hostname="w1", headers={H_NAME: "plain-late"})
+
+
+def _running_plain(store: Store, clock: FrozenClock, name: str) -> tuple[Claimer, str]:
+    """Add plain ``name`` (abandon policy rerun), claim and publish its first fire."""
+    task = store.add(name, task="t.run", timer="every 1h", abandon_policy="rerun")
+    assert task.next_run is not None
+    clock.set(task.next_run)
+    beat = Claimer(store, "beat")
+    (claim,) = [c for c in beat.claim_due().claims if c.name == name]
+    beat.mark_published([claim])
+    return beat, claim.task_id

@@ -193,7 +193,7 @@ def test_housekeeping_publishes_a_silent_worker_s_fire_again_when_it_may(
     first = {m["cronstore_name"]: m["id"] for m in sent(app)}
     assert sorted(first) == ["guarded", "plain"]
     assert runs.start_fire(store.db, first["guarded"], node="w1", abandon_after=30).started
-    assert runs.record_start(store.db, first["plain"], node="w1", abandon_after=30)
+    assert runs.record_start(store.db, first["plain"], node="w1", abandon_after=30) == 0
     clock.set(T0 + timedelta(hours=1, seconds=31))  # both workers went silent
     scheduler._next_housekeeping = 0.0
     scheduler.tick()
