@@ -6,7 +6,7 @@ it would prune one batch per housekeeping and the ledger would grow without a bo
 a pass is left unfinished, :class:`Finisher` goes on with it off the beat thread, one
 short transaction per batch, resting after each as long as the batch took (it holds
 SQLite's write lock, or a PostgreSQL connection, at most half the time). Beat starts no
-other pass while it runs; a failure is logged and the next pass waits the usual pause.
+other pass while it runs; a failure is logged and the next pass waits ``PRUNE_PAUSE``.
 """
 
 from __future__ import annotations
@@ -64,17 +64,19 @@ class Finisher:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        pause = PRUNE_PAUSE
         try:
             while not self._stop.is_set():
                 began = time.monotonic()
                 step = self.pruner.step(self.keep)
                 self.deleted += step.deleted
                 if step.done:
+                    pause = self.pruner.pause()
                     break
                 self._stop.wait(REST * (time.monotonic() - began))
         except SQLAlchemyError as exc:
             self.pruner.after = 0
             logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
         finally:
-            self.pruner.resume_at = time.monotonic() + PRUNE_PAUSE
+            self.pruner.resume_at = time.monotonic() + pause
             logger.debug("beat: the prune thread deleted %d old ledger row(s)", self.deleted)

@@ -36,7 +36,9 @@ PRUNE_BATCH = 1000
 #: Ledger rows deleted by one transaction when a task is removed.
 REMOVE_BATCH = 5000
 #: Seconds beat waits after a pass ends before it starts the next one (an idle ledger
-#: then costs one small read a minute, not one per housekeeping).
+#: then costs one small read a minute, not one per housekeeping). A pass that deleted a
+#: batch or more (a ledger written fast) is followed at the next housekeeping instead, so
+#: the ledger holds the history plus seconds, not plus a minute, of fires.
 PRUNE_PAUSE = 60.0
 #: Most ids in one ``IN (...)`` list.
 _IN_CHUNK = 1000
@@ -74,6 +76,12 @@ class Pruner:
         self.after = 0
         #: When (the caller's monotonic seconds) :meth:`pace` may prune again.
         self.resume_at = 0.0
+        #: Rows the current (or last) pass deleted.
+        self.pass_deleted = 0
+
+    def pause(self) -> float:
+        """Seconds to wait after the pass that just ended (see ``PRUNE_PAUSE``)."""
+        return 0.0 if self.pass_deleted >= self.batch else PRUNE_PAUSE
 
     def pace(
         self,
@@ -108,8 +116,7 @@ class Pruner:
             step = self.step(keep)
             counts.update(step.counts)
             scanned += step.scanned
-        if not step.done:
-            self.resume_at = moment
+        self.resume_at = moment + (0.0 if not step.done else self.pause())
         return PruneStep(dict(counts), scanned, step.done)
 
     def step(
@@ -121,6 +128,8 @@ class Pruner:
         if cutoff is None:
             self.after = 0
             return PruneStep()
+        if self.after == 0:
+            self.pass_deleted = 0
         with self.db.engine.connect() as conn:
             rows = self._candidates(conn)
             old = [r for r in rows if r.fire_time < cutoff]
@@ -131,6 +140,7 @@ class Pruner:
         counts = dict(Counter(r.state for r in chosen))
         if chosen and not dry_run:
             counts = self._delete(chosen)
+            self.pass_deleted += sum(counts.values())
         done = len(rows) < self.batch or not old
         self.after = 0 if done else rows[-1].id
         return PruneStep(counts, len(rows), done)

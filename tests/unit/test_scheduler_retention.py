@@ -236,3 +236,23 @@ def test_a_failed_prune_never_stops_the_tick(
     assert "pruning the fire ledger failed" in caplog.text
     assert scheduler._failures == 0
     scheduler.close()
+
+
+def test_a_pass_that_deleted_a_batch_is_followed_at_the_next_housekeeping(
+    app: Celery, store: Store
+) -> None:
+    """A ledger written fast keeps its history plus seconds of fires, not plus a minute."""
+    write_history(store, 40, 25)  # 24 go: more than a batch of 10
+    scheduler = make(app, store, batch=10)
+    housekeep(scheduler)
+    finish(scheduler)
+    assert ledger_size(store) == 1
+    write_history(store, 39, 5)  # 4 go, at once: no minute's pause
+    housekeep(scheduler)
+    finish(scheduler)
+    assert ledger_size(store) == 2
+    write_history(store, 38, 5)  # that pass deleted less than a batch: now it waits
+    housekeep(scheduler)
+    finish(scheduler)
+    assert ledger_size(store) == 2 + 5
+    scheduler.close()
