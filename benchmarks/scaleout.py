@@ -733,6 +733,15 @@ def sustain(args: argparse.Namespace) -> int:
                     ),
                     {"since": last_fire.replace(tzinfo=None)},
                 ).one()
+                # Whether vacuum keeps up: dead rows, autovacuum runs, and the oldest
+                # snapshot any session holds (it stops vacuum from removing newer rows).
+                dead, vacuums, xmin_age = conn.execute(
+                    sa.text(
+                        "SELECT n_dead_tup, autovacuum_count,"
+                        " (SELECT max(age(backend_xmin)) FROM pg_stat_activity)"
+                        " FROM pg_stat_user_tables WHERE relname = 'cronstore_fire'"
+                    )
+                ).one()
                 last_fire = store.now(conn) - timedelta(seconds=2)
             child = [b.last_report() or {} for b in beats]
             reports.append(
@@ -741,6 +750,7 @@ def sustain(args: argparse.Namespace) -> int:
                     "rate": (messages - last_messages) / (now - last_t),
                     "ledger": int(rows),
                     "ledger_mb": size / 2**20,
+                    "vacuum": f"{int(dead):,} / {int(vacuums)} / {int(xmin_age or 0):,}",
                     "lag_p50_ms": (p50 or float("nan")) * 1e3,
                     "lag_p99_ms": (p99 or float("nan")) * 1e3,
                     "idle_ms": max(c.get("idle_median_ms", float("nan")) for c in child),
@@ -753,7 +763,8 @@ def sustain(args: argparse.Namespace) -> int:
             r = reports[-1]
             print(
                 f"  t={r['t']:5.0f}s {r['rate']:7.0f} fires/s  ledger {r['ledger']:>9,} rows"
-                f" ({r['ledger_mb']:.0f} MB)  lag p50/p99 {r['lag_p50_ms']:.0f}/"
+                f" ({r['ledger_mb']:.0f} MB; dead/autovacuums/xmin age {r['vacuum']})"
+                f"  lag p50/p99 {r['lag_p50_ms']:.0f}/"
                 f"{r['lag_p99_ms']:.0f} ms  idle {r['idle_ms']:.2f} ms  due {r['due_ms']:.1f}/"
                 f"{r['due_p95_ms']:.1f} ms  housekeeping max {r['hk_max_ms']:.0f} ms"
                 f"  RSS {r['rss_mb']:.0f} MB",
@@ -781,6 +792,7 @@ def sustain(args: argparse.Namespace) -> int:
             f"{r['rate']:,.0f}",
             f"{r['ledger']:,}",
             f"{r['ledger_mb']:.0f}",
+            r["vacuum"],
             f"{r['lag_p50_ms']:.0f} / {r['lag_p99_ms']:.0f}",
             f"{r['idle_ms']:.2f}",
             f"{r['due_ms']:.1f} / {r['due_p95_ms']:.1f}",
@@ -794,6 +806,7 @@ def sustain(args: argparse.Namespace) -> int:
         "fires/s",
         "ledger rows",
         "ledger MB",
+        "dead rows / autovacuums / oldest xmin age",
         "lateness p50/p99 ms",
         "idle tick ms",
         "due tick median/p95 ms",
