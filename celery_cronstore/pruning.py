@@ -1,4 +1,5 @@
-"""Finish a prune pass beat had no time for, on a thread and a connection of its own.
+"""Beat's upkeep that runs on a thread and a connection of its own: the rest of a prune
+pass beat had no time for (:class:`Finisher`), and its own vacuum (:class:`Vacuumer`).
 
 Beat prunes between ticks within a budget that ends before the next fire's claim. A beat
 firing hundreds of times a second never has that room: the next fire is always close, so
@@ -19,9 +20,12 @@ from datetime import timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from celery_cronstore.policy.vacuum import LOOK_EVERY, to_vacuum
+from celery_cronstore.store.db import Database
 from celery_cronstore.store.retention import PRUNE_PAUSE, Pruner
+from celery_cronstore.store.vacuum import table_stats, vacuum
 
-__all__ = ["REST", "Finisher"]
+__all__ = ["REST", "Finisher", "Vacuumer"]
 
 logger = logging.getLogger("celery.beat")
 
@@ -80,3 +84,54 @@ class Finisher:
         finally:
             self.pruner.resume_at = time.monotonic() + pause
             logger.debug("beat: the prune thread deleted %d old ledger row(s)", self.deleted)
+
+
+class Vacuumer:
+    """Beat's own ``VACUUM`` of its hot tables on PostgreSQL, on a thread of its own, when
+    autovacuum is off or behind (:mod:`celery_cronstore.policy.vacuum` says when)."""
+
+    def __init__(self, db: Database, scrub: Callable[[BaseException], str]) -> None:
+        self.db = db
+        self._scrub = scrub
+        self._next_look = 0.0
+        self._thread: threading.Thread | None = None
+        #: Tables vacuumed so far (for logs and tests).
+        self.vacuumed: list[str] = []
+
+    def look(self, moment: float) -> bool:
+        """At most every ``LOOK_EVERY`` seconds (``moment``: monotonic), start a thread
+        that reads the tables' statistics and vacuums those that need it; return whether
+        one was started."""
+        if moment < self._next_look or self.running:
+            return False
+        self._next_look = moment + LOOK_EVERY
+        self._thread = threading.Thread(target=self._run, name="cronstore-vacuum", daemon=True)
+        self._thread.start()
+        return True
+
+    @property
+    def running(self) -> bool:
+        """Whether a look (or its vacuum) is still going."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the current look to end; return whether it did."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.running
+
+    def _run(self) -> None:
+        try:
+            stats = {t.name: t for t in table_stats(self.db)}
+            for table in to_vacuum(list(stats.values())):
+                began = time.monotonic()
+                vacuum(self.db, table)
+                self.vacuumed.append(table)
+                logger.info(
+                    "beat: vacuumed %s (%d dead rows; autovacuum is off or behind) in %.1fs",
+                    table,
+                    stats[table].dead,
+                    time.monotonic() - began,
+                )
+        except SQLAlchemyError as exc:
+            logger.warning("beat: vacuuming the store's tables failed (%s)", self._scrub(exc))

@@ -32,7 +32,7 @@ from celery_cronstore.errors import (
     StoreError,
 )
 from celery_cronstore.metrics import BeatMetrics, start_metrics
-from celery_cronstore.pruning import Finisher
+from celery_cronstore.pruning import Finisher, Vacuumer
 from celery_cronstore.publish import publish
 from celery_cronstore.records import Claim
 from celery_cronstore.secrets import app_passwords, scrub
@@ -77,6 +77,7 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
         self._next_housekeeping = 0.0
         self._pruner: Pruner | None = None
         self._finisher: Finisher | None = None  # the rest of a prune pass (``pruning``)
+        self._vacuumer: Vacuumer | None = None  # PostgreSQL: beat's own vacuum (``pruning``)
         self._started_at: datetime | None = None
         self._closed = False
         self._reported_errors: set[tuple[str, str]] = set()

@@ -4,7 +4,8 @@ A mixin of :class:`celery_cronstore.Scheduler`: the heartbeat that ``cronstore h
 reads (with the stall and the clock offset), fires whose worker went silent recorded
 ``abandoned``, published fires that never started handed back, lapsed claims taken over,
 old history pruned in small batches (the rest of a pass beat has no room for goes on in
-:mod:`celery_cronstore.pruning`'s thread).
+:mod:`celery_cronstore.pruning`'s thread), and on PostgreSQL a look once a minute whether
+the hot tables need a vacuum autovacuum has not done (also on a thread).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from celery_cronstore.config import Config
 from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY
-from celery_cronstore.pruning import Finisher
+from celery_cronstore.pruning import Finisher, Vacuumer
 from celery_cronstore.records import Claim
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.idle import Chores
@@ -49,6 +50,7 @@ class Upkeep:
     _next_housekeeping: float
     _pruner: Pruner | None
     _finisher: Finisher | None
+    _vacuumer: Vacuumer | None
 
     def _publish(self, claimer: Claimer, claims: list[Claim]) -> bool:
         raise NotImplementedError
@@ -85,6 +87,10 @@ class Upkeep:
         reclaimed = claimer.reclaim_expired() if chores.expired or unstarted or abandoned else []
         self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
         self._prune(claimer, chores)
+        if claimer.db.dialect.name == "postgresql" and claimer.db.threads:
+            if self._vacuumer is None:
+                self._vacuumer = Vacuumer(claimer.db, self._scrub)
+            self._vacuumer.look(time.monotonic())
         if reclaimed:
             logger.warning("beat: re-publishing %d claim(s) whose lease ran out", len(reclaimed))
             return self._publish(claimer, reclaimed)
