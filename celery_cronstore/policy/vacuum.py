@@ -24,9 +24,10 @@ DEAD_MIN = 10_000
 #: Share of the live rows the dead ones must reach as well.
 DEAD_SHARE = 0.05
 #: Seconds since the table's last vacuum (anyone's) before beat runs one.
-QUIET = 60.0
-#: Seconds between two looks at the tables' statistics.
-LOOK_EVERY = 60.0
+QUIET = 30.0
+#: Seconds between two looks at the tables' statistics (a read of two rows of
+#: ``pg_stat_user_tables``, on beat's upkeep thread).
+LOOK_EVERY = 15.0
 
 
 @dataclass(frozen=True)
