@@ -733,11 +733,12 @@ def sustain(args: argparse.Namespace) -> int:
                     ),
                     {"since": last_fire.replace(tzinfo=None)},
                 ).one()
-                # Whether vacuum keeps up: dead rows, autovacuum runs, and the oldest
-                # snapshot any session holds (it stops vacuum from removing newer rows).
+                # Whether vacuum keeps up: dead rows, vacuum runs (autovacuum's and beat's
+                # own, policy/vacuum.py), and the oldest snapshot any session holds (it
+                # stops vacuum from removing newer rows).
                 dead, vacuums, xmin_age = conn.execute(
                     sa.text(
-                        "SELECT n_dead_tup, autovacuum_count,"
+                        "SELECT n_dead_tup, autovacuum_count + vacuum_count,"
                         " (SELECT max(age(backend_xmin)) FROM pg_stat_activity)"
                         " FROM pg_stat_user_tables WHERE relname = 'cronstore_fire'"
                     )
@@ -763,7 +764,7 @@ def sustain(args: argparse.Namespace) -> int:
             r = reports[-1]
             print(
                 f"  t={r['t']:5.0f}s {r['rate']:7.0f} fires/s  ledger {r['ledger']:>9,} rows"
-                f" ({r['ledger_mb']:.0f} MB; dead/autovacuums/xmin age {r['vacuum']})"
+                f" ({r['ledger_mb']:.0f} MB; dead/vacuums/xmin age {r['vacuum']})"
                 f"  lag p50/p99 {r['lag_p50_ms']:.0f}/"
                 f"{r['lag_p99_ms']:.0f} ms  idle {r['idle_ms']:.2f} ms  due {r['due_ms']:.1f}/"
                 f"{r['due_p95_ms']:.1f} ms  housekeeping max {r['hk_max_ms']:.0f} ms"
@@ -806,7 +807,7 @@ def sustain(args: argparse.Namespace) -> int:
         "fires/s",
         "ledger rows",
         "ledger MB",
-        "dead rows / autovacuums / oldest xmin age",
+        "dead rows / vacuums / oldest xmin age",
         "lateness p50/p99 ms",
         "idle tick ms",
         "due tick median/p95 ms",
