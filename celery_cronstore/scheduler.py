@@ -155,6 +155,8 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
         finally:
             if self._finisher is not None:
                 self._finisher.stop()
+            if self._vacuumer is not None:
+                self._vacuumer.wait(5.0)  # a VACUUM cannot be stopped half-way: let it end
             for held in (self._listener, self.claimer):
                 if held is not None:
                     held.close()
