@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -222,6 +223,25 @@ def rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def tick_ms(scheduler: Any, count: int, *, housekeep: bool = False) -> list[float]:
+    """Time ``count`` back-to-back ticks of a beat ``Scheduler``, in ms.
+
+    ``housekeep``: each tick runs beat's housekeeping (its deadline is reset first);
+    otherwise they are idle ticks, and one that finds something due means the fill is
+    wrong (an error).
+    """
+    samples = []
+    for _ in range(count):
+        if housekeep:
+            scheduler._next_housekeeping = 0.0
+        began = time.perf_counter()
+        sleep = scheduler.tick()
+        samples.append((time.perf_counter() - began) * 1e3)
+        if not housekeep and sleep <= 0:
+            raise SystemExit("an idle tick found something due: the fill is wrong")
+    return samples
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

@@ -55,7 +55,7 @@ def child(url: str, redis_url: str, ticks: int, due: int, timeout: float) -> dic
     from celery_cronstore.store.schema import fire, periodic_task
 
     sys.path.insert(0, HERE)
-    from _common import due_rows, median, percentile, rss_mb
+    from _common import due_rows, median, percentile, rss_mb, tick_ms
 
     out: dict[str, Any] = {"import_s": time.perf_counter() - started}
 
@@ -83,13 +83,7 @@ def child(url: str, redis_url: str, ticks: int, due: int, timeout: float) -> dic
 
     # Idle ticks: nothing is due; housekeeping (heartbeat + reclaim) runs every 5 s, so
     # only the first of these back-to-back ticks may include it.
-    samples: list[float] = []
-    for _ in range(ticks):
-        t = time.perf_counter()
-        sleep = scheduler.tick()
-        samples.append((time.perf_counter() - t) * 1e3)
-        if sleep <= 0:
-            raise SystemExit("an idle tick found something due: the fill is wrong")
+    samples = tick_ms(scheduler, ticks)
     out.update(
         idle_median_ms=median(samples[1:]),
         idle_p95_ms=percentile(samples[1:], 0.95),
@@ -98,13 +92,7 @@ def child(url: str, redis_url: str, ticks: int, due: int, timeout: float) -> dic
     )
 
     # Ticks that include housekeeping (forced by resetting its deadline).
-    housekeeping: list[float] = []
-    for _ in range(20):
-        scheduler._next_housekeeping = 0.0
-        t = time.perf_counter()
-        scheduler.tick()
-        housekeeping.append((time.perf_counter() - t) * 1e3)
-    out["housekeeping_ms"] = median(housekeeping)
+    out["housekeeping_ms"] = median(tick_ms(scheduler, 20, housekeep=True))
 
     # What an idle beat pays per wake on average: it wakes every poll interval (5 s) and
     # housekeeps each time; the ledger pruner looks once a minute (one wake in 12).
@@ -112,11 +100,7 @@ def child(url: str, redis_url: str, ticks: int, due: int, timeout: float) -> dic
     for _ in range(5):
         if scheduler._pruner is not None:
             scheduler._pruner.resume_at = 0.0
-        for _ in range(12):
-            scheduler._next_housekeeping = 0.0
-            t = time.perf_counter()
-            scheduler.tick()
-            wakes.append((time.perf_counter() - t) * 1e3)
+        wakes += tick_ms(scheduler, 12, housekeep=True)
     out["wake_avg_ms"] = sum(wakes) / len(wakes)
 
     # One edit from another process's point of view (its own Store): re-time one row to

@@ -44,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from _common import fill, median, percentile, scratch_database, table  # noqa: E402
+from _common import fill, median, percentile, scratch_database, table, tick_ms  # noqa: E402
 from celery import Celery  # noqa: E402
 
 from celery_cronstore.scheduler import Scheduler  # noqa: E402
@@ -87,19 +87,8 @@ SELECT relname, n_dead_tup, autovacuum_count, vacuum_count
 
 def measure(scheduler: Scheduler, engine: sa.Engine) -> dict[str, Any]:
     """Time beat's idle and housekeeping ticks; read the index's state."""
-    if scheduler.tick() <= 0:
-        raise SystemExit("something is due: the churn tasks must never be")
-    idle: list[float] = []
-    for _ in range(200):
-        began = time.perf_counter()
-        scheduler.tick()
-        idle.append((time.perf_counter() - began) * 1e3)
-    housekeeping: list[float] = []
-    for _ in range(20):
-        scheduler._next_housekeeping = 0.0
-        began = time.perf_counter()
-        scheduler.tick()
-        housekeeping.append((time.perf_counter() - began) * 1e3)
+    idle = tick_ms(scheduler, 200)  # the first may housekeep: left out below
+    housekeeping = tick_ms(scheduler, 20, housekeep=True)
     with engine.connect() as conn:
         plan = conn.exec_driver_sql(_IDLE_QUERY).scalar_one()[0]
         size = conn.exec_driver_sql(

@@ -6,8 +6,9 @@ firing hundreds of times a second never has that room: the next fire is always c
 it would prune one batch per housekeeping and the ledger would grow without a bound. When
 a pass is left unfinished, :class:`Finisher` goes on with it off the beat thread, one
 short transaction per batch, resting after each as long as the batch took (it holds
-SQLite's write lock, or a PostgreSQL connection, at most half the time). Beat starts no
-other pass while it runs; a failure is logged and the next pass waits ``PRUNE_PAUSE``.
+SQLite's write lock, or a PostgreSQL connection, at most half the time); the pruner keeps
+where the pass stands and when the next one starts. Beat starts no other pass while it
+runs; a failure is logged and the next pass waits ``PRUNE_PAUSE``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from celery_cronstore.policy.vacuum import LOOK_EVERY, to_vacuum
 from celery_cronstore.store.db import Database
-from celery_cronstore.store.retention import PRUNE_PAUSE, Pruner
+from celery_cronstore.store.retention import Pruner
 from celery_cronstore.store.vacuum import table_stats, vacuum
 
 __all__ = ["REST", "Finisher", "Vacuumer"]
@@ -33,7 +34,28 @@ logger = logging.getLogger("celery.beat")
 REST = 1.0
 
 
-class Finisher:
+class _Background:
+    """One daemon thread of beat's upkeep, started once."""
+
+    _thread: threading.Thread | None = None
+
+    def _start(self, target: Callable[[], None], name: str) -> None:
+        self._thread = threading.Thread(target=target, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread is still going."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end; return whether it did."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.running
+
+
+class Finisher(_Background):
     """One background run of the rest of a prune pass (see the module docstring)."""
 
     def __init__(
@@ -45,48 +67,34 @@ class Finisher:
         #: Rows deleted so far by this run.
         self.deleted = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cronstore-prune", daemon=True)
 
     def start(self) -> None:
-        """Start the thread (once)."""
-        self._thread.start()
-
-    @property
-    def running(self) -> bool:
-        """Whether the pass is still going (beat must not touch the pruner meanwhile)."""
-        return self._thread.is_alive()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the pass to end; return whether it did."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        """Start the thread (once; beat must not touch the pruner while it runs)."""
+        self._start(self._run, "cronstore-prune")
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the thread to end after its current batch, and wait for it."""
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self.wait(timeout)
 
     def _run(self) -> None:
-        pause = PRUNE_PAUSE
+        # One batch a call (no budget); the pruner keeps the pass and its pause.
         try:
             while not self._stop.is_set():
                 began = time.monotonic()
-                step = self.pruner.step(self.keep)
+                step = self.pruner.pace(self.keep, began)
+                if step is None:
+                    break
                 self.deleted += step.deleted
                 if step.done:
-                    pause = self.pruner.pause()
                     break
                 self._stop.wait(REST * (time.monotonic() - began))
         except SQLAlchemyError as exc:
-            self.pruner.after = 0
             logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
-        finally:
-            self.pruner.resume_at = time.monotonic() + pause
-            logger.debug("beat: the prune thread deleted %d old ledger row(s)", self.deleted)
+        logger.debug("beat: the prune thread deleted %d old ledger row(s)", self.deleted)
 
 
-class Vacuumer:
+class Vacuumer(_Background):
     """Beat's own ``VACUUM`` of its hot tables on PostgreSQL, on a thread of its own, when
     autovacuum is off or behind (:mod:`celery_cronstore.policy.vacuum` says when)."""
 
@@ -94,7 +102,6 @@ class Vacuumer:
         self.db = db
         self._scrub = scrub
         self._next_look = 0.0
-        self._thread: threading.Thread | None = None
         #: Tables vacuumed so far (for logs and tests).
         self.vacuumed: list[str] = []
 
@@ -105,20 +112,8 @@ class Vacuumer:
         if moment < self._next_look or self.running:
             return False
         self._next_look = moment + LOOK_EVERY
-        self._thread = threading.Thread(target=self._run, name="cronstore-vacuum", daemon=True)
-        self._thread.start()
+        self._start(self._run, "cronstore-vacuum")
         return True
-
-    @property
-    def running(self) -> bool:
-        """Whether a look (or its vacuum) is still going."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the current look to end; return whether it did."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return not self.running
 
     def _run(self) -> None:
         try:

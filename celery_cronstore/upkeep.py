@@ -4,8 +4,9 @@ A mixin of :class:`celery_cronstore.Scheduler`: the heartbeat that ``cronstore h
 reads (with the stall and the clock offset), fires whose worker went silent recorded
 ``abandoned``, published fires that never started handed back, lapsed claims taken over,
 old history pruned in small batches (the rest of a pass beat has no room for goes on in
-:mod:`celery_cronstore.pruning`'s thread), and on PostgreSQL a look once a minute whether
-the hot tables need a vacuum autovacuum has not done (also on a thread).
+:mod:`celery_cronstore.pruning`'s thread), and on PostgreSQL a look now and then
+(``policy.vacuum.LOOK_EVERY``) whether the hot tables need a vacuum autovacuum has not
+done (also on a thread).
 """
 
 from __future__ import annotations

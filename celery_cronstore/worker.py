@@ -114,11 +114,13 @@ class Liveness:
     def finish(self, task_id: str, state: str, **details: Any) -> bool | None:
         """Record how fire ``task_id`` ended; if the database refuses, keep it to retry.
 
+        The record is fenced on the run of the fire :meth:`started` noted here (unless
+        ``run`` is given): a late end of a run re-run elsewhere records nothing.
         Return whether the fire was still in flight (``None``: queued for a retry).
         """
         with self._guard:
             self.running.discard(task_id)
-            self.runs.pop(task_id, None)
+            details.setdefault("run", self.runs.pop(task_id, None))
         try:
             return runs.finish_fire(self.store.db, task_id, state, **details)
         except SoftTimeLimitExceeded:  # the caller records the run as timed out instead
@@ -249,8 +251,7 @@ def _on_postrun(
         live = liveness_for(task.app)
         if outcome == "retrying":
             details["hold"] = live.abandon_after * 4  # the retry's countdown is not known here
-        # Fenced on the run it started: a late end of a run re-run elsewhere records nothing.
-        live.finish(task_id, outcome, run=live.runs.get(task_id), **details)
+        live.finish(task_id, outcome, **details)
     except Exception as exc:
         _unrecorded(task, exc)
 

@@ -165,12 +165,10 @@ def judge(
             covered = [row.fire_time]
             if row.fire_until is not None:
                 covered = [p for p in points if row.fire_time <= p <= row.fire_until]
-            if row.fire_time > end:
-                if not _stopped_by_the_disable(row, end):
-                    result.violate(f"{task.name}: fire {row.fire_time} claimed after the disable")
-                elif timer.next_after(row.fire_time - timedelta(microseconds=1)) != row.fire_time:
-                    result.violate(f"{task.name}: ledger fire {row.fire_time} is not on the grid")
-            elif row.fire_time not in on_grid:
+            beyond = row.fire_time > end  # the grid ends at the disable
+            if beyond and not _stopped_by_the_disable(row, end):
+                result.violate(f"{task.name}: fire {row.fire_time} claimed after the disable")
+            elif not (_on_timer(timer, row.fire_time) if beyond else row.fire_time in on_grid):
                 result.violate(f"{task.name}: ledger fire {row.fire_time} is not on the grid")
             if len(covered) != row.fire_count:
                 result.violate(
@@ -225,6 +223,11 @@ def judge(
                 f"delivered{where}"
             )
     return result
+
+
+def _on_timer(timer: Any, when: datetime) -> bool:
+    """Whether ``when`` is one of ``timer``'s fire times."""
+    return bool(timer.next_after(when - timedelta(microseconds=1)) == when)
 
 
 def _stopped_by_the_disable(row: Any, end: datetime) -> bool:

@@ -79,10 +79,6 @@ class Pruner:
         #: Rows the current (or last) pass deleted.
         self.pass_deleted = 0
 
-    def pause(self) -> float:
-        """Seconds to wait after the pass that just ended (see ``PRUNE_PAUSE``)."""
-        return 0.0 if self.pass_deleted >= self.batch else PRUNE_PAUSE
-
     def pace(
         self,
         keep: timedelta | None,
@@ -93,7 +89,8 @@ class Pruner:
         """Prune a batch unless the last pass ended under ``PRUNE_PAUSE`` seconds ago.
 
         For beat's housekeeping: ``moment`` is its monotonic clock. A pass goes on at
-        every call until it ends; then (or after a failure) the next waits a minute.
+        every call until it ends; then (or after a failure) the next waits a minute,
+        unless the pass deleted a batch or more (a ledger written fast).
         ``look``, when the caller read them already: the database's time and the fire time
         of the ledger's oldest row by id (``None``: empty). A new pass is then not started
         while that row is within ``keep`` (the pass would end at it), and costs nothing.
@@ -116,7 +113,10 @@ class Pruner:
             step = self.step(keep)
             counts.update(step.counts)
             scanned += step.scanned
-        self.resume_at = moment + (0.0 if not step.done else self.pause())
+        # A pass with work goes on at the next call; one that deleted a batch or more is
+        # followed at the next call too (see ``PRUNE_PAUSE``).
+        busy = not step.done or self.pass_deleted >= self.batch
+        self.resume_at = moment + (0.0 if busy else PRUNE_PAUSE)
         return PruneStep(dict(counts), scanned, step.done)
 
     def step(
