@@ -126,6 +126,7 @@ class Broker:
 
 def claim_sql(engine: sa.Engine, due: int) -> float:
     """Time the claim's SQL for ``due`` fires done set-based; undo it; return seconds."""
+    from celery_cronstore.store import bulk
     from celery_cronstore.store.schema import fire, periodic_task
 
     pt, f = periodic_task.c, fire.c
@@ -153,25 +154,35 @@ def claim_sql(engine: sa.Engine, due: int) -> float:
                 }
                 for r in rows
             ]
-            conn.execute(sa.insert(fire), ledger)
-            conn.execute(
-                sa.update(periodic_task)
-                .where(pt.id == sa.bindparam("b_id"))
-                .values(
-                    next_run=sa.bindparam("b_next"),
-                    last_fire=sa.bindparam("b_last"),
-                    total_run_count=pt.total_run_count + 1,
-                    version=pt.version + 1,
-                ),
-                [
+            bulk.insert(conn, fire, ledger)  # PostgreSQL: one INSERT ... SELECT FROM unnest
+            moves = [(r.id, r.next_run + timedelta(minutes=5), r.next_run) for r in rows]
+            if postgres:  # one statement: the moves as arrays, unnested by the server
+                conn.execute(
+                    sa.text(
+                        "UPDATE cronstore_periodic_task AS t SET next_run = v.next,"
+                        " last_fire = v.last, total_run_count = t.total_run_count + 1,"
+                        " version = t.version + 1"
+                        " FROM unnest(CAST(:ids AS BIGINT[]), CAST(:nexts AS TIMESTAMP[]),"
+                        " CAST(:lasts AS TIMESTAMP[])) AS v(id, next, last) WHERE t.id = v.id"
+                    ),
                     {
-                        "b_id": r.id,
-                        "b_next": r.next_run + timedelta(minutes=5),
-                        "b_last": r.next_run,
-                    }
-                    for r in rows
-                ],
-            )
+                        "ids": [m[0] for m in moves],
+                        "nexts": [m[1].replace(tzinfo=None) for m in moves],
+                        "lasts": [m[2].replace(tzinfo=None) for m in moves],
+                    },
+                )
+            else:  # the driver's executemany (sqlite3 loops in C)
+                conn.execute(
+                    sa.update(periodic_task)
+                    .where(pt.id == sa.bindparam("b_id"))
+                    .values(
+                        next_run=sa.bindparam("b_next"),
+                        last_fire=sa.bindparam("b_last"),
+                        total_run_count=pt.total_run_count + 1,
+                        version=pt.version + 1,
+                    ),
+                    [{"b_id": i, "b_next": n, "b_last": last} for i, n, last in moves],
+                )
             conn.execute(
                 sa.update(fire)
                 .where(f.claimed_by == "floor", f.state == "claimed")

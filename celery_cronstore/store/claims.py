@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from celery_cronstore import faults, policy
 from celery_cronstore.errors import TimerError, TimerSearchError
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
-from celery_cronstore.store import idle
+from celery_cronstore.store import bulk, idle
 from celery_cronstore.store.engine import as_utc, now_expression
 from celery_cronstore.store.leases import LeaseKeeper
 from celery_cronstore.store.rows import to_task
@@ -285,7 +285,7 @@ class Claimer(LeaseKeeper):
             return
         try:
             with conn.begin_nested():
-                conn.execute(sa.insert(fire), rows)
+                bulk.insert(conn, fire, rows)
             return
         except IntegrityError:
             logger.warning("beat: some due fires are already in the ledger; planning past them")
@@ -321,23 +321,39 @@ class Claimer(LeaseKeeper):
         updates = batch.updates()
         if not updates:
             return
+        params: Any = updates
+        if bulk.set_based(conn):  # one statement for the whole batch
+            values = bulk.unnest(_UPDATE_TYPES)
+            params = bulk.columns(updates)
+            column: Callable[[str], Any] = values.c.__getitem__
+        else:
+            column = lambda key: sa.bindparam(key, type_=_UPDATE_TYPES[key])  # noqa: E731
         stmt = (
             sa.update(periodic_task)
-            .where(_PT.id == sa.bindparam("b_id"), _PT.version == sa.bindparam("b_version"))
+            .where(_PT.id == column("b_id"), _PT.version == column("b_version"))
             .values(
-                next_run=sa.bindparam("b_next"),
-                error=sa.bindparam("b_error"),
-                last_fire=sa.func.coalesce(
-                    sa.bindparam("b_last", type_=_PT.last_fire.type), _PT.last_fire
-                ),
-                total_run_count=_PT.total_run_count + sa.bindparam("b_runs"),
+                next_run=column("b_next"),
+                error=column("b_error"),
+                last_fire=sa.func.coalesce(column("b_last"), _PT.last_fire),
+                total_run_count=_PT.total_run_count + column("b_runs"),
                 version=_PT.version + 1,
             )
         )
-        result = conn.execute(stmt, updates)
+        result = conn.execute(stmt, params)
         if result.rowcount not in (-1, len(updates)):
             # Another writer changed a row we hold: give the whole batch back.
             raise _Conflict("a due row changed while it was being claimed")
+
+
+#: The values each due row's update binds (``_Batch.updates``), by their column's type.
+_UPDATE_TYPES: dict[str, sa.types.TypeEngine[Any]] = {
+    "b_id": _PT.id.type,
+    "b_version": _PT.version.type,
+    "b_next": _PT.next_run.type,
+    "b_error": _PT.error.type,
+    "b_last": _PT.last_fire.type,
+    "b_runs": _PT.total_run_count.type,
+}
 
 
 def _as_of(task: PeriodicTask, now: datetime) -> datetime:

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from timeline import T0, at
 
 from celery_cronstore.store import Claimer, Store, fire_task_id
+from celery_cronstore.store.schema import periodic_task
 from celery_cronstore.store.types import EPOCH
 from celery_cronstore.testing import FrozenClock
 
@@ -417,3 +418,60 @@ def test_claims_that_waited_for_the_broker_are_checked_again(
     assert fire is not None
     assert fire.state == "dropped"
     assert fire.reason == "not published: the task was disabled while the fire waited"
+
+
+def test_a_batch_whose_row_changed_under_it_is_rolled_back_whole(
+    store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's row update (one statement on PostgreSQL) is fenced on each row's
+    version: one row that moved on makes the whole batch go back, ledger included."""
+    from celery_cronstore.store import claims
+
+    for name in ("a", "b", "c"):
+        store.add(name, task="t", timer="*:*:0/10")
+    clock.set(at(10))
+    real_updates = claims._Batch.updates
+
+    def one_stale(self: claims._Batch) -> list[dict[str, object]]:
+        rows = real_updates(self)
+        rows[1] = {**rows[1], "b_version": int(rows[1]["b_version"]) + 1}  # type: ignore[call-overload]
+        return rows
+
+    monkeypatch.setattr(claims._Batch, "updates", one_stale)
+    lost = Claimer(store, "b1").claim_due()
+    assert (lost.claims, lost.conflict) == ([], True)
+    assert [store.get(n).next_run for n in "abc"] == [at(10)] * 3
+    assert all(store.history(n) == [] for n in "abc")
+    monkeypatch.undo()
+    won = Claimer(store, "b1").claim_due()
+    assert sorted(c.name for c in won.claims) == ["a", "b", "c"]
+    assert [store.get(n).next_run for n in "abc"] == [at(20)] * 3
+    assert [store.get(n).total_run_count for n in "abc"] == [1] * 3
+
+
+def test_a_row_moved_back_onto_a_recorded_fire_costs_only_itself(
+    store: Store, clock: FrozenClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The batch's ledger rows go in as one statement (COPY on PostgreSQL): when the
+    ledger's unique key refuses it, only the task whose fire is recorded already is
+    planned again, past it; the others are claimed as planned."""
+    store.add("a", task="t", timer="*:*:0/10")
+    store.add("b", task="t", timer="*:*:0/10")
+    store.disable("b")
+    clock.set(at(10))
+    assert [c.name for c in Claimer(store, "b1").claim_due().claims] == ["a"]
+    store.enable("b")
+    clock.set(at(12))
+    with store.begin() as conn:  # hand edits: a back onto its recorded fire, b due
+        for name in ("a", "b"):
+            conn.execute(
+                sa.update(periodic_task)
+                .where(periodic_task.c.name == name)
+                .values(next_run=at(10), last_fire=None)
+            )
+    with caplog.at_level("WARNING", logger="celery.beat"):
+        second = Claimer(store, "b1").claim_due()
+    assert "already in the ledger" in caplog.text  # the one-statement insert was refused
+    assert [(c.name, c.fire_time) for c in second.claims] == [("b", at(10))]
+    assert [(t, s) for t, s, _ in states(store, "a")] == [(at(10), "claimed")]
+    assert (store.get("a").next_run, store.get("a").error) == (at(20), None)

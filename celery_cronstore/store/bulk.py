@@ -1,0 +1,84 @@
+"""Many rows in one statement: the claim's ledger insert and row update.
+
+On PostgreSQL a batch goes in as one statement whatever its size: the values travel as
+one array per column and ``unnest`` turns them back into rows on the server
+(``INSERT ... SELECT FROM unnest(...)``, ``UPDATE ... FROM unnest(...)``). The statement
+is the same for every batch, so SQLAlchemy compiles it once and PostgreSQL plans it
+cheaply; the values still go through each column's type (UTC handling included).
+Elsewhere (SQLite, MariaDB) the driver's ``executemany`` does it, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+__all__ = ["columns", "insert", "set_based", "unnest"]
+
+
+def set_based(conn: sa.Connection) -> bool:
+    """Whether ``conn``'s database takes a batch as one ``unnest`` statement."""
+    return conn.dialect.name == "postgresql"
+
+
+def unnest(columns: Mapping[str, sa.types.TypeEngine[Any]], name: str = "v") -> Any:
+    """``unnest(:a, :b, ...) AS name(a, b, ...)``: a row per index of the bound arrays.
+
+    Bind each name to a list (all of one length); each list element is converted by its
+    column's type, as a plain bind parameter would be.
+    """
+    arrays = [sa.bindparam(key, type_=postgresql.ARRAY(type_)) for key, type_ in columns.items()]
+    rows = sa.func.unnest(*arrays).table_valued(
+        *(sa.column(key, type_) for key, type_ in columns.items())
+    )
+    return rows.render_derived(name=name)
+
+
+def columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The rows (dicts with the same keys) as one list per column."""
+    return {key: [row[key] for row in rows] for key in rows[0]}
+
+
+def insert(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows`` (dicts with the same keys) into ``table``: one ``COPY`` on
+    PostgreSQL with psycopg 3 (one ``INSERT ... SELECT FROM unnest`` with another
+    driver), the driver's ``executemany`` elsewhere. A constraint refusing a row raises
+    :class:`sqlalchemy.exc.IntegrityError` whichever way it went in."""
+    if not rows:
+        return
+    if not set_based(conn):
+        conn.execute(sa.insert(table), rows)
+        return
+    names = list(rows[0])
+    if conn.dialect.driver == "psycopg":
+        _copy(conn, table, names, rows)
+        return
+    values = unnest({key: table.c[key].type for key in names})
+    statement = sa.insert(table).from_select(names, sa.select(*values.c))
+    conn.execute(statement, columns(rows))
+
+
+def _copy(
+    conn: sa.Connection, table: sa.Table, names: list[str], rows: list[dict[str, Any]]
+) -> None:
+    """``COPY table (names) FROM STDIN`` on ``conn``'s psycopg 3 connection, each value
+    converted by its column's type first (as a bound parameter would be)."""
+    import psycopg
+
+    preparer = conn.dialect.identifier_preparer
+    sql = (
+        f"COPY {preparer.format_table(table)} "
+        f"({', '.join(preparer.quote(name) for name in names)}) FROM STDIN"
+    )
+    convert = [table.c[name].type.bind_processor(conn.dialect) for name in names]
+    pairs = list(zip(names, convert, strict=True))
+    raw: Any = conn.connection.driver_connection
+    try:
+        with raw.cursor() as cursor, cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row([row[n] if f is None else f(row[n]) for n, f in pairs])
+    except psycopg.Error as exc:  # as SQLAlchemy would have raised it
+        raise sa.exc.DBAPIError.instance(sql, None, exc, psycopg.Error) from exc
