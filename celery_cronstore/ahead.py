@@ -8,6 +8,10 @@ taken ahead are read again: one disabled or removed meanwhile is recorded ``drop
 (``Claimer.recheck``), so a disable committed before a fire's time stops it, as it
 does without claiming ahead. Housekeeping and new claims wait while a held fire is due
 sooner than twice what they lately take.
+
+Before a burst (more fires due within a second than one claim takes) beat starts sooner
+than ``claim_ahead``: early enough to claim them all at the pace its claims lately kept
+(``policy.lead``), so the whole burst is held when its time comes.
 """
 
 from __future__ import annotations
@@ -15,9 +19,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from celery_cronstore.config import Config
+from celery_cronstore.policy.lead import (
+    BURST_SPAN,
+    COUNT_CAP,
+    MIN_ROWS_TIMED,
+    claim_lead,
+    lead_bound,
+)
 from celery_cronstore.records import Claim
 from celery_cronstore.store import Claimer
 from celery_cronstore.upkeep import HEARTBEAT_EVERY
@@ -49,7 +60,12 @@ class ClaimAhead:
     config: Config
     claimer: Claimer | None
     _early: list[Held]
+    _ahead: float
     _claim_cost: float
+    #: Seconds one due row's claim lately took, and the last burst counted (its earliest
+    #: fire, the rows due with it): ``policy.lead``.
+    _row_cost: float
+    _counted: tuple[datetime, int] | None
     _chores_cost: float
     _next_housekeeping: float
 
@@ -83,6 +99,27 @@ class ClaimAhead:
         del self._early[:count]
         return self._publish(claimer, _still_enabled(claimer, due))
 
+    def _lead(self, claimer: Claimer, now: datetime, earliest: datetime | None) -> float:
+        """Seconds ahead of ``now`` that beat claims (``policy.lead``): ``claim_ahead``,
+        or more before a burst. While the earliest fire is farther than any lead could
+        be, the bound itself: beat wakes there and counts the burst then."""
+        if not self._ahead or earliest is None:
+            return self._ahead
+        bound = lead_bound(self.config.lease)
+        if (earliest - now).total_seconds() > bound:
+            return max(self._ahead, bound)
+        if self._counted is None or self._counted[0] != earliest:
+            until = earliest + timedelta(seconds=BURST_SPAN)
+            self._counted = (earliest, claimer.count_due(until, COUNT_CAP))
+        due = self._counted[1]
+        return claim_lead(self._ahead, due, claimer.batch_size, self._row_cost, self.config.lease)
+
+    def _timed_claim(self, rows: int, took: float) -> None:
+        """Note what a claim of ``rows`` due rows took (seconds)."""
+        self._claim_cost = lately(self._claim_cost, took)
+        if rows >= MIN_ROWS_TIMED:
+            self._row_cost = lately(self._row_cost, took / rows)
+
     def _early_wait(self) -> float:
         """Seconds until the next claim taken ahead falls due (inf when none)."""
         if not self._early:
@@ -104,8 +141,9 @@ class ClaimAhead:
         )
 
     def _flush_early(self) -> None:
-        """At close: wait for the claims taken ahead (at most ``claim_ahead`` away) and
-        publish them; whatever fails is taken over when its lease runs out."""
+        """At close: wait for the claims taken ahead (at most the lead away, a quarter of
+        the lease at most) and publish them; whatever fails is taken over when its lease
+        runs out."""
         if not self._early or self.claimer is None:
             return
         try:

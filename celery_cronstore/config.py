@@ -50,8 +50,9 @@ class Config:
         default=0.1,
         metadata={
             "help": "Beat claims a fire up to this many seconds before its time and publishes it"
-            " at that time exactly, so the claim's transaction does not make it late. ``0``:"
-            " claim each fire when it is due."
+            " at that time exactly, so the claim's transaction does not make it late; sooner"
+            " before a burst larger than a batch (at most 10 s or a quarter of the lease)."
+            " ``0``: claim each fire when it is due."
         },
     )
     auto_migrate_sqlite: bool = field(

@@ -32,6 +32,7 @@ from celery_cronstore.errors import (
     StoreError,
 )
 from celery_cronstore.metrics import BeatMetrics, start_metrics
+from celery_cronstore.policy.lead import DEFAULT_ROW_COST
 from celery_cronstore.pruning import Finisher, Vacuumer
 from celery_cronstore.publish import publish
 from celery_cronstore.records import Claim
@@ -67,6 +68,8 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
         #: Claims taken ahead of their fire time (``cronstore_claim_ahead``; see ``ahead``).
         self._early: list[Held] = []
         self._ahead = 0.0
+        self._row_cost = DEFAULT_ROW_COST
+        self._counted: tuple[datetime, int] | None = None
         #: What a claim transaction and a housekeeping pass take (seconds; the longest
         #: lately, decaying): beat starts neither when a claim taken ahead falls due sooner
         #: than twice that.
@@ -263,20 +266,21 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
         looked_at, looked = now, time.monotonic()
         if self.config.is_sqlite:  # the host's clock is the store's: read both together
             looked_at, looked = datetime.now(timezone.utc), time.monotonic()
-        ahead = timedelta(seconds=self._ahead)
+        lead = self._lead(claimer, now, earliest)
+        ahead = timedelta(seconds=lead)
         if earliest is None or earliest > now + ahead:
             self._progress(None)
             wait = (
                 self.config.poll_interval
                 if earliest is None
-                else (earliest - now).total_seconds() - self._ahead
+                else (earliest - now).total_seconds() - lead
             )
             return max(0.0, min(self.config.poll_interval, wait, self._early_wait()))
         if not self._claim_fits():
             return self._early_wait()  # a fire taken ahead first; claim after it
         began = time.monotonic()
         result = claimer.claim_due(ahead)
-        self._claim_cost = lately(self._claim_cost, time.monotonic() - began)
+        self._timed_claim(result.rows, time.monotonic() - began)
         self._report(result.errors)
         if self.metrics is not None:
             self.metrics.claimed(result)

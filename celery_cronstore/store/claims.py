@@ -135,6 +135,21 @@ class Claimer(LeaseKeeper):
             row = conn.execute(sa.select(clock, earliest)).one()
         return as_utc(row[0]), row[1]
 
+    def count_due(self, until: datetime, cap: int) -> int:
+        """Return how many enabled rows fall due by ``until`` (counting stops at ``cap``).
+
+        Beat asks before a burst, to start claiming it early enough (``policy.lead``):
+        one range of the due index, read no further than ``cap`` entries.
+        """
+        due = (
+            sa.select(sa.literal(1))
+            .where(_PT.enabled == sa.true(), _PT.next_run <= until)
+            .limit(cap)
+            .subquery()
+        )
+        with self.db.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(due)).scalar_one())
+
     def chores(
         self,
         started_at: datetime,

@@ -166,3 +166,54 @@ def test_a_disable_committed_before_the_fire_time_stops_a_claim_taken_ahead(
     assert dropped.state == "dropped"
     assert "disabled" in (dropped.reason or "")
     scheduler.close()
+
+
+def test_a_burst_is_claimed_whole_before_its_time_and_published_at_it(app: Celery) -> None:
+    """More fires due together than one claim takes: beat starts early enough to claim
+    them all at its measured pace (policy.lead), holds them, and publishes each at its
+    time, never before. Claiming them only ``claim_ahead`` before would have left most
+    of the burst to be claimed after its time."""
+    app.conf.update(cronstore_claim_ahead=0.1, cronstore_batch_size=20)
+    scheduler = Scheduler(app, lazy=True)
+    scheduler.tick()
+    store = scheduler.store
+    assert store is not None
+    fire_at = datetime.now(UTC) + timedelta(seconds=2.5)
+    for i in range(200):
+        store.add(f"b{i:03d}", task="x.do", timer=instant(fire_at))
+    scheduler._row_cost = 0.01  # as if each row's claim took 10 ms: a 3.1 s lead
+    sleep = scheduler.tick()
+    while time.time() < fire_at.timestamp() - 0.5 and sleep == 0.0:
+        sleep = scheduler.tick()
+    assert time.time() < fire_at.timestamp(), "the machine is too slow for this test"
+    states = {f.state for i in range(200) for f in store.history(f"b{i:03d}")}
+    assert states == {"claimed"}  # the whole burst, held
+    assert len(scheduler._early) == 200
+    assert sent(app) == []
+    while scheduler._early:
+        time.sleep(min(sleep, 0.05))
+        sleep = scheduler.tick()
+    assert time.time() >= fire_at.timestamp()
+    assert len(sent(app)) == 200
+    assert {f.state for i in range(200) for f in store.history(f"b{i:03d}")} == {"published"}
+    scheduler.close()
+
+
+def test_beat_wakes_where_a_lead_could_start_to_count_the_burst(app: Celery) -> None:
+    app.conf.update(cronstore_claim_ahead=0.1, cronstore_lease=4.0)  # lead at most 1 s
+    scheduler = Scheduler(app, lazy=True)
+    scheduler.tick()
+    store = scheduler.store
+    assert store is not None
+    fire_at = datetime.now(UTC) + timedelta(seconds=3)
+    store.add("far", task="x.do", timer=instant(fire_at))
+    before = time.time()
+    sleep = scheduler.tick()
+    after = time.time()
+    # it wakes where the lead's bound (1 s) begins, not claim_ahead (0.1 s) before the fire
+    assert fire_at.timestamp() - after - 1.0 <= sleep <= fire_at.timestamp() - before - 1.0
+    assert scheduler._counted is None  # nothing counted from that far
+    time.sleep(sleep)
+    scheduler.tick()
+    assert scheduler._counted == (fire_at, 1)
+    scheduler.close()
