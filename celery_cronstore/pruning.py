@@ -21,7 +21,13 @@ from datetime import timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from celery_cronstore.policy.vacuum import LOOK_EVERY, to_vacuum
+from celery_cronstore.policy.vacuum import (
+    LOOK_EVERY,
+    WARN_EVERY,
+    TableStats,
+    out_of_reach,
+    to_vacuum,
+)
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.retention import Pruner
 from celery_cronstore.store.vacuum import table_stats, vacuum
@@ -104,6 +110,8 @@ class Vacuumer(_Background):
         self._next_look = 0.0
         #: Tables vacuumed so far (for logs and tests).
         self.vacuumed: list[str] = []
+        #: When (monotonic) each table beat cannot vacuum may be warned about again.
+        self._next_warning: dict[str, float] = {}
 
     def look(self, moment: float) -> bool:
         """At most every ``LOOK_EVERY`` seconds (``moment``: monotonic), start a thread
@@ -118,6 +126,7 @@ class Vacuumer(_Background):
     def _run(self) -> None:
         try:
             stats = {t.name: t for t in table_stats(self.db)}
+            self._warn(out_of_reach(list(stats.values())), time.monotonic())
             for table in to_vacuum(list(stats.values())):
                 began = time.monotonic()
                 vacuum(self.db, table)
@@ -130,3 +139,19 @@ class Vacuumer(_Background):
                 )
         except SQLAlchemyError as exc:
             logger.warning("beat: vacuuming the store's tables failed (%s)", self._scrub(exc))
+
+    def _warn(self, tables: list[TableStats], moment: float) -> None:
+        for table in tables:
+            if moment < self._next_warning.get(table.name, 0.0):
+                continue
+            self._next_warning[table.name] = moment + WARN_EVERY
+            logger.warning(
+                "beat: table %s has %d dead rows and no vacuum for %s, and beat's database "
+                "role does not own it, so beat cannot vacuum it: turn autovacuum on, or "
+                "have the table's owner run VACUUM %s (the due index grows and every idle "
+                "tick slows down until then)",
+                table.name,
+                table.dead,
+                "ever" if table.since_vacuum is None else f"{table.since_vacuum:.0f}s",
+                table.name,
+            )

@@ -10,14 +10,25 @@ from 0.13 ms to 8.5 ms after 2,000,000 fires. Beat then vacuums the table itself
 A table is vacuumed by beat when its dead rows reach :data:`DEAD_MIN` and
 :data:`DEAD_SHARE` of its live rows (well above autovacuum's tuned trigger, so a healthy
 autovacuum always goes first), and no vacuum of it (beat's or autovacuum's) ended within
-:data:`QUIET` seconds.
+:data:`QUIET` seconds. A table in that state that beat's role may not vacuum (it does not
+own it) is named in a warning, at most every :data:`WARN_EVERY` seconds: nothing removes
+its dead rows, and the operator has to (autovacuum on, or the owner's ``VACUUM``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEAD_MIN", "DEAD_SHARE", "LOOK_EVERY", "QUIET", "TableStats", "to_vacuum"]
+__all__ = [
+    "DEAD_MIN",
+    "DEAD_SHARE",
+    "LOOK_EVERY",
+    "QUIET",
+    "WARN_EVERY",
+    "TableStats",
+    "out_of_reach",
+    "to_vacuum",
+]
 
 #: Fewest dead rows worth a vacuum of beat's own.
 DEAD_MIN = 10_000
@@ -28,6 +39,8 @@ QUIET = 30.0
 #: Seconds between two looks at the tables' statistics (a read of two rows of
 #: ``pg_stat_user_tables``, on beat's upkeep thread).
 LOOK_EVERY = 15.0
+#: Seconds between two warnings about one table beat cannot vacuum itself.
+WARN_EVERY = 3600.0
 
 
 @dataclass(frozen=True)
@@ -45,10 +58,16 @@ class TableStats:
 
 def to_vacuum(tables: list[TableStats]) -> list[str]:
     """Return the names of the tables beat should vacuum now, in the given order."""
-    return [
-        t.name
-        for t in tables
-        if t.allowed
-        and t.dead >= max(DEAD_MIN, DEAD_SHARE * t.live)
-        and (t.since_vacuum is None or t.since_vacuum >= QUIET)
-    ]
+    return [t.name for t in tables if t.allowed and _due(t)]
+
+
+def out_of_reach(tables: list[TableStats]) -> list[TableStats]:
+    """Return the tables that need the vacuum beat would run, but that beat's role may
+    not vacuum (it does not own them): nobody vacuums them, and beat says so."""
+    return [t for t in tables if not t.allowed and _due(t)]
+
+
+def _due(table: TableStats) -> bool:
+    return table.dead >= max(DEAD_MIN, DEAD_SHARE * table.live) and (
+        table.since_vacuum is None or table.since_vacuum >= QUIET
+    )

@@ -10,6 +10,7 @@ to lack what it was not given.
 from __future__ import annotations
 
 import queue
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -44,7 +45,10 @@ def _noop(*args: object) -> None:
 
 @pytest.fixture(params=["postgres", "mysql"])
 def admin_url(request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(f"{request.param}_url")
+    return _emptied(request.getfixturevalue(f"{request.param}_url"))
+
+
+def _emptied(url: str) -> str:
     store = Store(url)
     store.upgrade()
     with store.begin() as conn:
@@ -105,6 +109,16 @@ def worker_url(admin_url: str) -> Iterator[str]:
     yield from _role(admin_url, WORKER_GRANTS)
 
 
+@pytest.fixture
+def pg_admin_url(postgres_url: str) -> str:
+    return _emptied(postgres_url)
+
+
+@pytest.fixture
+def pg_beat_url(pg_admin_url: str) -> Iterator[str]:
+    yield from _role(pg_admin_url, BEAT_GRANTS)
+
+
 def test_beat_and_worker_run_with_exactly_the_documented_grants(
     admin_url: str, beat_url: str, worker_url: str
 ) -> None:
@@ -163,3 +177,50 @@ def test_beat_and_worker_run_with_exactly_the_documented_grants(
     scheduler.close()
     worker_store.close()
     admin.close()
+
+
+def test_a_beat_role_that_cannot_vacuum_says_so_at_a_bounded_rate(
+    pg_admin_url: str,
+    pg_beat_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """PostgreSQL with autovacuum off (this project's CI server) and a beat role that does
+    not own the tables: nobody removes the dead rows, and beat cannot. It names the table
+    and the fix in a warning, once per WARN_EVERY, instead of slowing down in silence."""
+    from celery_cronstore.policy import vacuum as rule
+    from celery_cronstore.pruning import Vacuumer
+    from celery_cronstore.store.vacuum import table_stats
+
+    monkeypatch.setattr(rule, "DEAD_MIN", 100)
+    monkeypatch.setattr(rule, "QUIET", 0.0)
+    admin = Store(pg_admin_url)
+    for n in range(20):
+        admin.add(f"v{n}", task="x.do", timer="every 1h")
+    for _ in range(10):  # 200 dead versions of the task rows
+        with admin.begin() as conn:
+            conn.exec_driver_sql(
+                "UPDATE cronstore_periodic_task SET next_run = next_run + interval '1 second'"
+            )
+    beat = Store(pg_beat_url)
+    try:
+        deadline = time.monotonic() + 10
+        while not [t for t in table_stats(beat.db) if t.dead >= 100]:
+            assert time.monotonic() < deadline, "the statistics never counted the dead rows"
+            time.sleep(0.1)
+        (tasks,) = [t for t in table_stats(beat.db) if t.name == "cronstore_periodic_task"]
+        assert not tasks.allowed  # the role was granted rows, not ownership
+        vacuumer = Vacuumer(beat.db, str)
+        with caplog.at_level("WARNING", logger="celery.beat"):
+            assert vacuumer.look(1000.0)
+            assert vacuumer.wait(30)
+            assert vacuumer.look(1000.0 + rule.LOOK_EVERY)  # a look later: no second warning
+            assert vacuumer.wait(30)
+        warnings = [r.getMessage() for r in caplog.records if "cannot vacuum" in r.getMessage()]
+        assert len(warnings) == 1, warnings
+        assert "cronstore_periodic_task" in warnings[0]
+        assert "turn autovacuum on" in warnings[0]
+        assert vacuumer.vacuumed == []
+    finally:
+        beat.close()
+        admin.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from celery_cronstore.policy.vacuum import DEAD_MIN, QUIET, TableStats, to_vacuum
+from celery_cronstore.policy.vacuum import DEAD_MIN, QUIET, TableStats, out_of_reach, to_vacuum
 
 
 @pytest.mark.parametrize(
@@ -23,6 +23,21 @@ from celery_cronstore.policy.vacuum import DEAD_MIN, QUIET, TableStats, to_vacuu
 def test_to_vacuum(live: int, dead: int, since: float | None, allowed: bool, vacuum: bool) -> None:
     tables = [TableStats("cronstore_periodic_task", live, dead, since, allowed)]
     assert to_vacuum(tables) == (["cronstore_periodic_task"] if vacuum else [])
+
+
+@pytest.mark.parametrize(
+    ("dead", "since", "allowed", "warned"),
+    [
+        (900_000, None, False, True),  # needs a vacuum beat may not run: say so
+        (900_000, QUIET - 1, False, False),  # someone (autovacuum, the owner) just did
+        (DEAD_MIN - 1, None, False, False),  # not enough dead rows to matter
+        (900_000, None, True, False),  # beat vacuums it itself
+    ],
+    ids=["blocked", "recent", "few", "allowed"],
+)
+def test_out_of_reach(dead: int, since: float | None, allowed: bool, warned: bool) -> None:
+    table = TableStats("cronstore_fire", 1_000_000, dead, since, allowed)
+    assert out_of_reach([table]) == ([table] if warned else [])
 
 
 def test_each_table_is_judged_on_its_own() -> None:
