@@ -66,6 +66,8 @@ class ClaimAhead:
     #: fire, the rows due with it): ``policy.lead``.
     _row_cost: float
     _counted: tuple[datetime, int] | None
+    #: The end of the burst being claimed (its earliest fire plus ``BURST_SPAN``).
+    _burst_end: datetime | None
     _chores_cost: float
     _next_housekeeping: float
 
@@ -85,7 +87,9 @@ class ClaimAhead:
                 Held(looked + (c.fire_time - looked_at).total_seconds(), c, c.fire_time > looked_at)
                 for c in claims
             ]
-            self._early = sorted(self._early + held, key=lambda item: item.due)
+            # Fire-time order, not due order: each claim maps the database clock to this
+            # host's with an error of up to one reply, which must not reorder close fires.
+            self._early = sorted(self._early + held, key=lambda item: item.claim.fire_time)
 
     def _publish_early(self, claimer: Claimer) -> bool:
         """Publish the claims taken ahead whose fire time has come (in fire-time order)."""
@@ -101,18 +105,28 @@ class ClaimAhead:
 
     def _lead(self, claimer: Claimer, now: datetime, earliest: datetime | None) -> float:
         """Seconds ahead of ``now`` that beat claims (``policy.lead``): ``claim_ahead``,
-        or more before a burst. While the earliest fire is farther than any lead could
-        be, the bound itself: beat wakes there and counts the burst then."""
+        or more before a burst. Once a burst's lead has begun, up to the burst's end, so
+        beat claims it batch after full batch without pausing. While the earliest fire is
+        farther than any lead could be, the bound itself: beat wakes there and counts."""
         if not self._ahead or earliest is None:
             return self._ahead
+        end = self._burst_end
+        if end is not None and earliest <= end:
+            return max(self._ahead, (end - now).total_seconds())
+        self._burst_end = None
+        until = (earliest - now).total_seconds()
         bound = lead_bound(self.config.lease)
-        if (earliest - now).total_seconds() > bound:
+        if until > bound:
             return max(self._ahead, bound)
         if self._counted is None or self._counted[0] != earliest:
-            until = earliest + timedelta(seconds=BURST_SPAN)
-            self._counted = (earliest, claimer.count_due(until, COUNT_CAP))
+            counted_to = earliest + timedelta(seconds=BURST_SPAN)
+            self._counted = (earliest, claimer.count_due(counted_to, COUNT_CAP))
         due = self._counted[1]
-        return claim_lead(self._ahead, due, claimer.batch_size, self._row_cost, self.config.lease)
+        lead = claim_lead(self._ahead, due, claimer.batch_size, self._row_cost, self.config.lease)
+        if lead > self._ahead and until <= lead:  # a burst's lead begins: claim all of it
+            self._burst_end = earliest + timedelta(seconds=BURST_SPAN)
+            return max(lead, (self._burst_end - now).total_seconds())
+        return lead
 
     def _timed_claim(self, rows: int, took: float) -> None:
         """Note what a claim of ``rows`` due rows took (seconds)."""
@@ -147,7 +161,7 @@ class ClaimAhead:
         if not self._early or self.claimer is None:
             return
         try:
-            time.sleep(max(0.0, self._early[-1].due - time.monotonic()))
+            time.sleep(max(0.0, max(h.due for h in self._early) - time.monotonic()))
             held, self._early = self._early, []
             self._publish(self.claimer, _still_enabled(self.claimer, held))
         except Exception as exc:  # closing must go on

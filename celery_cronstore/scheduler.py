@@ -70,6 +70,7 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
         self._ahead = 0.0
         self._row_cost = DEFAULT_ROW_COST
         self._counted: tuple[datetime, int] | None = None
+        self._burst_end: datetime | None = None
         #: What a claim transaction and a housekeeping pass take (seconds; the longest
         #: lately, decaying): beat starts neither when a claim taken ahead falls due sooner
         #: than twice that.

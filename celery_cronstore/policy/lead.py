@@ -9,9 +9,12 @@ earliest one (within :data:`BURST_SPAN`) and starts early enough to claim them a
 the pace its claims lately kept, with a margin: the whole burst is held when its time
 comes, and only publishing remains.
 
+Once the lead has begun, beat claims the burst to its end (:data:`BURST_SPAN` after its
+earliest fire), batch after full batch, without pausing.
+
 The lead is bounded twice: by :data:`MAX_LEAD`, and by a quarter of the claim lease, so a
-claim held that long is still beat's own when it is published (a lapsed lease would let
-another replica publish it too).
+claim held that long (the lead plus at most :data:`BURST_SPAN`) is still beat's own when
+it is published (a lapsed lease would let another replica publish it too).
 """
 
 from __future__ import annotations
