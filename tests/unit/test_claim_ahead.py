@@ -40,6 +40,14 @@ def sent(app: Celery) -> list[dict[str, Any]]:
     return [dict(message.headers) for message in drain(app)]
 
 
+def started(app: Celery) -> tuple[Scheduler, Store]:
+    """A scheduler that has ticked once (its store is open), and that store."""
+    scheduler = Scheduler(app, lazy=True)
+    scheduler.tick()
+    assert scheduler.store is not None
+    return scheduler, scheduler.store
+
+
 def instant(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -78,10 +86,7 @@ def test_claims_come_in_fire_time_order_across_tasks(clock: FrozenClock) -> None
 
 def test_beat_claims_ahead_and_publishes_at_the_fire_time(app: Celery) -> None:
     app.conf.cronstore_claim_ahead = 1.0
-    scheduler = Scheduler(app, lazy=True)
-    scheduler.tick()  # opens the store
-    store = scheduler.store
-    assert store is not None
+    scheduler, store = started(app)
     fire_at = datetime.now(UTC) + timedelta(seconds=0.4)
     store.add("one", task="x.do", timer=instant(fire_at))
     published: list[float] = []
@@ -109,10 +114,7 @@ def test_beat_claims_ahead_and_publishes_at_the_fire_time(app: Celery) -> None:
 
 def test_close_publishes_the_claims_taken_ahead(app: Celery) -> None:
     app.conf.cronstore_claim_ahead = 1.0
-    scheduler = Scheduler(app, lazy=True)
-    scheduler.tick()
-    store = scheduler.store
-    assert store is not None
+    scheduler, store = started(app)
     fire_at = datetime.now(UTC) + timedelta(seconds=0.4)
     store.add("one", task="x.do", timer=instant(fire_at))
     scheduler.tick()
@@ -145,10 +147,7 @@ def test_a_disable_committed_before_the_fire_time_stops_a_claim_taken_ahead(
     """Claiming ahead must not let a fire run after its task's disable committed: the
     task is read again just before the publish, and the fire recorded dropped."""
     app.conf.cronstore_claim_ahead = 1.0
-    scheduler = Scheduler(app, lazy=True)
-    scheduler.tick()
-    store = scheduler.store
-    assert store is not None
+    scheduler, store = started(app)
     fire_at = datetime.now(UTC) + timedelta(seconds=0.5)
     store.add("off", task="x.do", timer=instant(fire_at))
     store.add("on", task="x.do", timer=instant(fire_at))
@@ -174,10 +173,7 @@ def test_a_burst_is_claimed_whole_before_its_time_and_published_at_it(app: Celer
     time, never before. Claiming them only ``claim_ahead`` before would have left most
     of the burst to be claimed after its time."""
     app.conf.update(cronstore_claim_ahead=0.1, cronstore_batch_size=20)
-    scheduler = Scheduler(app, lazy=True)
-    scheduler.tick()
-    store = scheduler.store
-    assert store is not None
+    scheduler, store = started(app)
     fire_at = datetime.now(UTC) + timedelta(seconds=2.5)
     for i in range(200):
         store.add(f"b{i:03d}", task="x.do", timer=instant(fire_at))
@@ -201,10 +197,7 @@ def test_a_burst_is_claimed_whole_before_its_time_and_published_at_it(app: Celer
 
 def test_beat_wakes_where_a_lead_could_start_to_count_the_burst(app: Celery) -> None:
     app.conf.update(cronstore_claim_ahead=0.1, cronstore_lease=4.0)  # lead at most 1 s
-    scheduler = Scheduler(app, lazy=True)
-    scheduler.tick()
-    store = scheduler.store
-    assert store is not None
+    scheduler, store = started(app)
     fire_at = datetime.now(UTC) + timedelta(seconds=3)
     store.add("far", task="x.do", timer=instant(fire_at))
     before = time.time()
