@@ -211,15 +211,21 @@ def test_a_beat_role_that_cannot_vacuum_says_so_at_a_bounded_rate(
         (tasks,) = [t for t in table_stats(beat.db) if t.name == "cronstore_periodic_task"]
         assert not tasks.allowed  # the role was granted rows, not ownership
         vacuumer = Vacuumer(beat.db, str)
+
+        def warnings() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "cannot vacuum" in r.getMessage()]
+
         with caplog.at_level("WARNING", logger="celery.beat"):
             assert vacuumer.look(1000.0)
             assert vacuumer.wait(30)
+            first = warnings()
             assert vacuumer.look(1000.0 + rule.LOOK_EVERY)  # a look later: no second warning
             assert vacuumer.wait(30)
-        warnings = [r.getMessage() for r in caplog.records if "cannot vacuum" in r.getMessage()]
-        assert len(warnings) == 1, warnings
-        assert "cronstore_periodic_task" in warnings[0]
-        assert "turn autovacuum on" in warnings[0]
+        # (the ledger may qualify too: the tests before left dead rows in it)
+        (tasks_warning,) = [w for w in first if "table cronstore_periodic_task " in w]
+        assert "turn autovacuum on" in tasks_warning
+        assert "VACUUM cronstore_periodic_task" in tasks_warning
+        assert warnings() == first
         assert vacuumer.vacuumed == []
     finally:
         beat.close()
