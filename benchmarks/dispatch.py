@@ -154,7 +154,7 @@ def claim_sql(engine: sa.Engine, due: int) -> float:
                 }
                 for r in rows
             ]
-            bulk.insert(conn, fire, ledger)  # PostgreSQL: one INSERT ... SELECT FROM unnest
+            bulk.insert(conn, fire, ledger)  # PostgreSQL: one COPY, as beat's claim
             moves = [(r.id, r.next_run + timedelta(minutes=5), r.next_run) for r in rows]
             if postgres:  # one statement: the moves as arrays, unnested by the server
                 conn.execute(

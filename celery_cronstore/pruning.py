@@ -120,27 +120,30 @@ class Vacuumer(_Background):
         if moment < self._next_look or self.running:
             return False
         self._next_look = moment + LOOK_EVERY
-        self._start(self._run, "cronstore-vacuum")
+        self._start(lambda: self._run(moment), "cronstore-vacuum")
         return True
 
-    def _run(self) -> None:
+    def _run(self, moment: float) -> None:
         try:
-            stats = {t.name: t for t in table_stats(self.db)}
-            self._warn(out_of_reach(list(stats.values())), time.monotonic())
-            for table in to_vacuum(list(stats.values())):
+            tables = table_stats(self.db)
+            self._warn(out_of_reach(tables), moment)
+            dead = {t.name: t.dead for t in tables}
+            for table in to_vacuum(tables):
                 began = time.monotonic()
                 vacuum(self.db, table)
                 self.vacuumed.append(table)
                 logger.info(
                     "beat: vacuumed %s (%d dead rows; autovacuum is off or behind) in %.1fs",
                     table,
-                    stats[table].dead,
+                    dead[table],
                     time.monotonic() - began,
                 )
         except SQLAlchemyError as exc:
             logger.warning("beat: vacuuming the store's tables failed (%s)", self._scrub(exc))
 
     def _warn(self, tables: list[TableStats], moment: float) -> None:
+        """Name each table beat cannot vacuum, at most every ``WARN_EVERY`` seconds of
+        ``moment`` (the monotonic time of the look)."""
         for table in tables:
             if moment < self._next_warning.get(table.name, 0.0):
                 continue
