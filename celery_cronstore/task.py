@@ -39,9 +39,9 @@ from celery.exceptions import (
 from celery.utils.time import get_exponential_backoff_interval
 
 from celery_cronstore.config import Config
-from celery_cronstore.policy import H_FIRE, H_INTERVAL, H_NAME
+from celery_cronstore.policy import H_FIRE, H_INTERVAL, H_NAME, killed_run_age
 from celery_cronstore.store import Store, runs
-from celery_cronstore.worker import liveness_for, store_for, use_store
+from celery_cronstore.worker import liveness_for, node_of, store_for, use_store
 
 __all__ = ["CronTask", "store_for", "use_store"]
 
@@ -219,13 +219,23 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
     def on_failure(
         self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
-        """Record a hard time limit kill (reported in the worker's main process)."""
+        """Record a hard time limit kill (reported in the worker's main process).
+
+        That process does not know which run of the fire its child was on: the record is
+        fenced on this worker's node and on the run having started a time limit ago
+        (``policy.killed_run_age``), so it never ends a re-run started since.
+        """
         if isinstance(exc, TimeLimitExceeded) and task_id:
+            limit = exc.args[0] if exc.args else None
+            fence: dict[str, Any] = {"node": node_of(self.app)}
+            if isinstance(limit, (int, float)):
+                fence["started_before"] = killed_run_age(limit)
             try:
                 if liveness_for(self.app).finish(
                     task_id,
                     "timed_out",
                     error=f"killed by the hard time limit ({exc})",
+                    **fence,
                 ):
                     logger.warning("%s[%s]: timed out (hard time limit)", self.name, task_id)
             except Exception:

@@ -35,7 +35,7 @@ from celery_cronstore.config import Config
 from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY, H_NAME
 from celery_cronstore.store import Store, runs
 
-__all__ = ["Liveness", "liveness_for", "store_for", "use_store"]
+__all__ = ["Liveness", "liveness_for", "node_of", "store_for", "use_store"]
 
 logger = logging.getLogger("celery_cronstore.worker")
 
@@ -49,6 +49,8 @@ _stores: dict[int, tuple[Any, int, Store]] = {}
 _liveness: dict[int, tuple[Any, int, Liveness]] = {}
 #: Apps whose plain-task records failed once (warned; not again).
 _warned: set[int] = set()
+#: id(app) -> the node name of the worker started for it in this process (and its forks).
+_nodes: dict[int, str] = {}
 
 
 def store_for(app: Any) -> Store:
@@ -176,6 +178,21 @@ def clock_offset(store: Store) -> float:
     return (datetime.now(timezone.utc) - store.now()).total_seconds()
 
 
+def node_of(app: Any) -> str | None:
+    """Return the node name of the worker running ``app`` here (``None``: no worker).
+
+    What the ledger's ``node`` holds for a run on it (its tasks' ``request.hostname``),
+    known to the worker's main process too, which records hard time limit kills.
+    """
+    return _nodes.get(id(app))
+
+
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    app, hostname = getattr(sender, "app", None), getattr(sender, "hostname", None)
+    if app is not None and hostname:
+        _nodes[id(app)] = str(hostname)
+
+
 def liveness_for(app: Any) -> Liveness:
     """Return the :class:`Liveness` of ``app`` in this process."""
     key = id(app)
@@ -278,6 +295,7 @@ def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, 
         logger.exception("%s[%s]: could not record the expiry", sender.name, task_id)
 
 
+signals.worker_init.connect(_on_worker_init, weak=False)
 signals.task_prerun.connect(_on_prerun, weak=False)
 signals.task_postrun.connect(_on_postrun, weak=False)
 signals.task_revoked.connect(_on_revoked, weak=False)

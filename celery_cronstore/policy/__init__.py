@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from celery_cronstore.policy.abandon import (
     ABANDONED,
+    KILL_SLACK,
     MAX_RERUNS,
     AbandonDecision,
     AbandonSnapshot,
     abandoned_reason,
     decide_abandoned,
+    killed_run_age,
 )
 from celery_cronstore.policy.backlog import WALK_LIMIT, Backlog, backlog, choose
 from celery_cronstore.policy.fires import (
@@ -63,6 +65,7 @@ __all__ = [
     "H_FIRE",
     "H_INTERVAL",
     "H_NAME",
+    "KILL_SLACK",
     "MAX_RERUNS",
     "MESSAGE_SERIALIZER",
     "OPTION_KEYS",
@@ -89,6 +92,7 @@ __all__ = [
     "decide_start",
     "fire_task_id",
     "interval_after",
+    "killed_run_age",
     "lost_reason",
     "make_claim",
     "message_options",

@@ -29,21 +29,41 @@ Time is passed in (the database's clock); nothing here reads a clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 __all__ = [
     "ABANDONED",
+    "KILL_SLACK",
     "MAX_RERUNS",
     "AbandonDecision",
     "AbandonSnapshot",
     "abandoned_reason",
     "decide_abandoned",
+    "killed_run_age",
 ]
 
 #: The reason of every fire whose worker went silent, after the worker's node name.
 ABANDONED = " stopped reporting on the run (killed, or cut off from the database)"
 #: How many times one fire may be re-run after its worker went silent.
 MAX_RERUNS = 1
+
+
+#: Seconds a run's recorded start may follow the moment its hard time limit began counting
+#: (the pool starts the clock; the run records its start one transaction later).
+KILL_SLACK = 5.0
+
+
+def killed_run_age(time_limit: float) -> timedelta:
+    """How long, at least, before a hard-time-limit kill the killed run started.
+
+    The worker's main process records the kill without knowing which run of the fire its
+    child was on. A re-run of the fire started later, since a re-run waits for the first
+    run's liveness lease to lapse: so the record is fenced on the run having started at
+    least this long ago (``time_limit`` less :data:`KILL_SLACK`, or less half of it for
+    a limit under twice the slack), and on the worker's node.
+    """
+    limit = max(0.0, float(time_limit))
+    return timedelta(seconds=limit - min(KILL_SLACK, limit / 2))
 
 
 def abandoned_reason(node: str | None) -> str:

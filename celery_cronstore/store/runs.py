@@ -278,6 +278,8 @@ def finish_fire(
     error: str | None = None,
     hold: float | None = None,
     run: int | None = None,
+    node: str | None = None,
+    started_before: timedelta | None = None,
 ) -> bool:
     """Record how a started fire ended; return whether the fire was still in flight.
 
@@ -288,6 +290,10 @@ def finish_fire(
     how long it may wait for that (its liveness lease, in seconds). ``run``
     (:attr:`RunStart.rerun`) fences the record on the run it belongs to: a worker that
     went silent and comes back after its fire was re-run elsewhere records nothing.
+    A caller that does not know the run (the worker's main process, after a hard time
+    limit kill) fences on what it does know instead: the ``node`` that ran it, and that
+    it started at least ``started_before`` ago (:func:`~celery_cronstore.policy.
+    killed_run_age`).
     """
     if state not in policy.FINISH_STATES:
         raise ValueError(f"state must be one of {policy.FINISH_STATES}, got {state!r}")
@@ -303,9 +309,14 @@ def finish_fire(
             values["lease_until"] = now + timedelta(seconds=hold or 0)
         else:
             values.update(finished_at=now, lease_until=None)
+        fences = list(_fence(run))
+        if node is not None:
+            fences.append(_F.node == node)
+        if started_before is not None:
+            fences.append(_F.started_at <= now - started_before)
         done = conn.execute(
             sa.update(fire)
-            .where(_F.task_id == task_id, _F.state.in_(policy.WORKER_RUNNING), *_fence(run))
+            .where(_F.task_id == task_id, _F.state.in_(policy.WORKER_RUNNING), *fences)
             .values(**values)
         )
         return bool(done.rowcount == 1)

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -314,11 +315,23 @@ def test_the_interval_is_recomputed_when_the_header_lacks_it(env: Env) -> None:
 
 
 def test_a_hard_time_limit_kill_is_recorded_as_timed_out(env: Env) -> None:
+    from celery_cronstore import worker
+
     env.add()
     claim = env.claim(at(60))
     runs.start_fire(env.store.db, claim.task_id, node="w1")
-    # What the worker's main process calls after killing the child (no request context).
-    env.task.on_failure(TimeLimitExceeded(60), claim.task_id, (), {}, None)
+    # The worker's main process knows its node name from worker_init.
+    worker._on_worker_init(sender=SimpleNamespace(app=env.app, hostname="w1"))
+    try:
+        # What the worker's main process calls after killing the child (no request
+        # context): a kill 20 s into the run cannot be a 30 s limit's, so it ends nothing.
+        env.clock.set(at(80))
+        env.task.on_failure(TimeLimitExceeded(30), claim.task_id, (), {}, None)
+        assert env.fire(claim).state == "started"
+        env.clock.set(at(90))
+        env.task.on_failure(TimeLimitExceeded(30), claim.task_id, (), {}, None)
+    finally:
+        worker._nodes.pop(id(env.app), None)
     fire = env.fire(claim)
     assert fire.state == "timed_out"
     assert "hard time limit" in fire.reason

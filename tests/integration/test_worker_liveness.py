@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from timeline import at
 
+from celery_cronstore import policy
 from celery_cronstore.records import Fire
 from celery_cronstore.store import Claimer, Store, runs
 from celery_cronstore.store.schema import periodic_task
@@ -342,3 +343,45 @@ def _running_plain(store: Store, clock: FrozenClock, name: str) -> tuple[Claimer
     (claim,) = [c for c in beat.claim_due().claims if c.name == name]
     beat.mark_published([claim])
     return beat, claim.task_id
+
+
+@pytest.mark.parametrize(
+    ("rerun_node", "limit", "why"),
+    [
+        ("w1", 60, "the re-run on the same node started 29 s ago, not a 60 s limit ago"),
+        ("w2", 20, "the re-run started 29 s ago (a 20 s limit passes) but on another node"),
+    ],
+)
+def test_a_hard_limit_kill_recorded_late_cannot_end_the_rerun(
+    store: Store, clock: FrozenClock, rerun_node: str, limit: float, why: str
+) -> None:
+    """Regression: the worker's main process records a hard time limit kill without
+    knowing the run, and ended whichever run of the fire was in flight: a re-run started
+    elsewhere meanwhile was recorded ``timed_out`` while it ran."""
+    beat, task_id = _running(store, clock, "killed", abandon_policy="rerun")
+    clock.set(at(3600 + 31))  # run 0 on w1 went silent (a hung child)
+    assert beat.abandon_silent() == 1
+    (claim,) = beat.reclaim_expired()
+    beat.mark_published([claim])
+    assert runs.start_fire(store.db, task_id, node=rerun_node, abandon_after=30).rerun == 1
+    clock.set(at(3600 + 60))  # w1's pool kills the hung child of run 0
+    ended = runs.finish_fire(
+        store.db,
+        task_id,
+        "timed_out",
+        error="killed by the hard time limit",
+        node="w1",
+        started_before=policy.killed_run_age(limit),
+    )
+    assert not ended, why
+    fire = _fire(store, task_id)
+    assert (fire.state, fire.node, fire.reruns) == ("started", rerun_node, 1)
+
+
+def test_a_hard_limit_kill_of_the_run_itself_is_recorded(store: Store, clock: FrozenClock) -> None:
+    _, task_id = _running(store, clock, "killed-once")
+    clock.set(at(3600 + 60))
+    fenced = {"node": "w1", "started_before": policy.killed_run_age(60)}
+    assert not runs.finish_fire(store.db, task_id, "timed_out", **{**fenced, "node": "w9"})
+    assert runs.finish_fire(store.db, task_id, "timed_out", error="killed", **fenced)
+    assert _fire(store, task_id).state == "timed_out"

@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 from timeline import T0, at
 
-from celery_cronstore.policy import AbandonSnapshot, abandoned_reason, decide_abandoned
+from celery_cronstore.policy import (
+    KILL_SLACK,
+    AbandonSnapshot,
+    abandoned_reason,
+    decide_abandoned,
+    killed_run_age,
+)
 from celery_cronstore.records import ABANDON_POLICIES
 
 SILENT = "its worker w1 stopped reporting on the run (killed, or cut off from the database)"
@@ -116,3 +122,21 @@ def test_abandon_decision(changes: dict[str, Any], rerun: bool, reason: str) -> 
 def test_the_policies() -> None:
     assert ABANDON_POLICIES == ("leave", "rerun")
     assert ABANDON_POLICIES[0] == "leave"  # the default: today's behaviour
+
+
+@pytest.mark.parametrize(
+    ("time_limit", "age"),
+    [
+        (60, 55.0),  # the slack off a limit well over it
+        (3600, 3600 - KILL_SLACK),
+        (2 * KILL_SLACK, KILL_SLACK),  # from here down, half the limit
+        (4, 2.0),
+        (0.5, 0.25),
+        (0, 0.0),
+        (-3, 0.0),  # nonsense from the pool: no age fence beyond "started by now"
+    ],
+)
+def test_a_hard_limit_kill_fences_on_a_run_that_started_most_of_the_limit_ago(
+    time_limit: float, age: float
+) -> None:
+    assert killed_run_age(time_limit) == timedelta(seconds=age)
