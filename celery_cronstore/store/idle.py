@@ -23,7 +23,7 @@ from celery_cronstore.store import leases
 from celery_cronstore.store.engine import as_utc
 from celery_cronstore.store.schema import beat, fire, periodic_task
 
-__all__ = ["Chores", "HeldConnection", "chores_statement", "peek_statement"]
+__all__ = ["Chores", "HeldConnection", "chores_statement", "count_statement", "peek_statement"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,21 @@ def peek_statement(dialect: sa.Dialect) -> str:
         .scalar_subquery()
     )
     return _render(sa.select(sa.func.clock_timestamp(), earliest), dialect)
+
+
+def count_statement(dialect: sa.Dialect) -> str:
+    """Return the SQL of a burst's count: enabled rows due by ``until`` (naive UTC),
+    counting stops at ``cap`` (one range of the due index). Parameters: ``until``, ``cap``."""
+    due = (
+        sa.select(sa.literal_column("1"))
+        .where(
+            periodic_task.c.enabled == sa.true(),
+            periodic_task.c.next_run <= sa.bindparam("until", type_=sa.DateTime()),
+        )
+        .limit(sa.bindparam("cap", type_=sa.Integer()))
+        .subquery()
+    )
+    return _render(sa.select(sa.func.count()).select_from(due), dialect)
 
 
 def chores_statement(dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:

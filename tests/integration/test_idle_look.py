@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.claims import PEEK_REUSE
 from celery_cronstore.store.retention import Pruner
-from celery_cronstore.store.schema import fire
+from celery_cronstore.store.schema import fire, periodic_task
 
 pytestmark = pytest.mark.postgres
 
@@ -105,3 +105,34 @@ def test_the_look_reports_the_oldest_fire_and_gates_a_prune_pass(direct: Store) 
         assert task.id is not None
     finally:
         claimer.close()
+
+
+def test_a_burst_count_runs_on_the_held_connection_and_agrees_with_the_pool(
+    direct: Store,
+) -> None:
+    """``count_due`` (the burst lead's count): enabled rows due by ``until``, stopping at
+    ``cap``; on the held connection one statement, with the pooled count's answer."""
+    now = direct.now()
+    for i in range(12):  # due now+1 s ... now+12 s
+        direct.add(f"t{i}", task="t", timer="every 1h", enabled=i != 3)
+    with direct.begin() as conn:
+        for i in range(12):
+            conn.execute(
+                sa.update(periodic_task)
+                .where(periodic_task.c.name == f"t{i}")
+                .values(next_run=now + timedelta(seconds=i + 1))
+            )
+    held = Claimer(direct, "b1", hold=True)
+    pooled = Claimer(direct, "b2", hold=False)
+    assert pooled._held is None
+    try:
+        counting = Counting(held)
+        until = now + timedelta(seconds=6.5)  # t0..t5, t3 disabled
+        for cap, expected in ((100, 5), (5, 5), (3, 3), (0, 0)):
+            assert held.count_due(until, cap) == expected
+            assert pooled.count_due(until, cap) == expected
+        assert held.count_due(now + timedelta(hours=2), 100) == 11  # t3 never counts
+        assert counting.calls == 5
+    finally:
+        held.close()
+        pooled.close()
