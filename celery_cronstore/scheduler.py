@@ -67,6 +67,7 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
         self._pending: list[Claim] = []
         #: Claims taken ahead of their fire time (``cronstore_claim_ahead``; see ``ahead``).
         self._early: list[Held] = []
+        self._unmarked: list[tuple[Claim, float]] = []
         self._ahead = 0.0
         self._row_cost = DEFAULT_ROW_COST
         self._counted: tuple[datetime, int] | None = None
@@ -257,6 +258,8 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
         # Fires first: the claims taken ahead whose time has come, then the chores.
         if self._early and not self._publish_early(claimer):
             return self._backoff("broker", None)
+        if self._held_near():  # a burst's fires follow closely: they come first
+            return self._early_wait()
         if self._housekeeping_due():
             began = time.monotonic()
             done = self._housekeeping(claimer)
@@ -311,8 +314,11 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
         elif self._stalled_since is None:
             self._stalled_since = stuck_at
 
-    def _publish(self, claimer: Claimer, claims: list[Claim]) -> bool:
+    def _publish(self, claimer: Claimer, claims: list[Claim], mark: bool = True) -> bool:
         """Publish claims in order; keep the unsent ones pending. Return whether all went.
+
+        ``mark``: mark the sent ones published now (else they wait for
+        :meth:`_settle_marks`).
 
         Only the broker's connection and channel errors hold claims back (they are sent
         again, same task ids, once it is back). Anything else raised for one message (a
@@ -368,18 +374,20 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
             self.__dict__.pop("producer", None)
             self.__dict__.pop("connection", None)
             self._dispatcher = None
-            self._record_sent(claimer, sent, failed)
+            self._record_sent(claimer, sent, failed, mark)
             return False
         self._pending = []
         faults.hit("after_publish")
-        self._record_sent(claimer, sent, failed)
+        self._record_sent(claimer, sent, failed, mark)
         return True
 
     def _record_sent(
-        self, claimer: Claimer, sent: list[Claim], failed: list[tuple[Claim, str]]
+        self, claimer: Claimer, sent: list[Claim], failed: list[tuple[Claim, str]], mark: bool
     ) -> None:
-        if sent:
+        if sent and mark:
             claimer.mark_published(sent, self._watched)
+        elif sent:
+            self._defer_marks(sent)
         if failed:
             claimer.drop(failed)
             self._report([(claim.name, reason) for claim, reason in failed])

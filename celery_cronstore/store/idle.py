@@ -18,12 +18,20 @@ from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from celery_cronstore.store import leases
 from celery_cronstore.store.engine import as_utc
 from celery_cronstore.store.schema import beat, fire, periodic_task
 
-__all__ = ["Chores", "HeldConnection", "chores_statement", "count_statement", "peek_statement"]
+__all__ = [
+    "Chores",
+    "HeldConnection",
+    "chores_statement",
+    "count_statement",
+    "enabled_statement",
+    "peek_statement",
+]
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,16 @@ def count_statement(dialect: sa.Dialect) -> str:
         .subquery()
     )
     return _render(sa.select(sa.func.count()).select_from(due), dialect)
+
+
+def enabled_statement(dialect: sa.Dialect) -> str:
+    """Return the SQL that reads which of the periodic tasks ``ids`` (a list) exist and
+    are enabled, as one array (``NULL``: none)."""
+    ids = sa.bindparam("ids", type_=postgresql.ARRAY(sa.Integer()))
+    query = sa.select(sa.func.array_agg(periodic_task.c.id)).where(
+        periodic_task.c.id == sa.any_(ids), periodic_task.c.enabled == sa.true()
+    )
+    return _render(query, dialect)
 
 
 def chores_statement(dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:

@@ -7,7 +7,7 @@ on fires already in the ledger; the claim itself is in ``claims``. Decisions com
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,6 +30,10 @@ _IN_CHUNK = 1000
 #: A started fire without a liveness lease (a worker of an older release) is abandoned
 #: only after this long.
 _NO_HEARTBEATS = timedelta(hours=6)
+
+
+#: Seconds: a claim marked published after the fact has its ``published_at`` to this step.
+MARK_STEP = 0.01
 
 
 class LeaseKeeper:
@@ -55,26 +59,33 @@ class LeaseKeeper:
         return refused
 
     def mark_published(
-        self, claims: list[Claim], watched: Callable[[Claim], bool] | None = None
+        self,
+        claims: list[Claim],
+        watched: Callable[[Claim], bool] | None = None,
+        ago: Mapping[str, float] | None = None,
     ) -> int:
         """Mark claims as published, fenced on this node and each claim's attempt.
 
         A claim ``watched`` says yes to (beat: a fire whose start the ledger will record)
-        gets a *start lease*: if it has not started ``start_timeout`` seconds from now,
-        :meth:`redeliver_unstarted` hands it back for another publish (at most
-        ``max_redeliveries`` times) or records it ``lost``.
+        gets a *start lease*: if it has not started ``start_timeout`` seconds after it was
+        published, :meth:`redeliver_unstarted` hands it back for another publish (at most
+        ``max_redeliveries`` times) or records it ``lost``. ``ago``: seconds since each
+        claim (by task id) was published, when it is marked later (``published_at`` is
+        then the store's now less that, to :data:`MARK_STEP`); else it is now.
         """
         if not claims:
             return 0
-        groups: dict[tuple[int, bool], list[str]] = {}
+        groups: dict[tuple[int, bool, int], list[str]] = {}
         for claim in claims:
             watch = watched is not None and self.start_timeout is not None and watched(claim)
-            groups.setdefault((claim.attempt, watch), []).append(claim.task_id)
+            steps = round(ago.get(claim.task_id, 0.0) / MARK_STEP) if ago else 0
+            groups.setdefault((claim.attempt, watch, steps), []).append(claim.task_id)
         marked = 0
         with self.db.begin() as conn:
             now = self.db.now(conn)
-            for (attempt, watch), ids in groups.items():
-                lease = now + timedelta(seconds=self.start_timeout or 0) if watch else None
+            for (attempt, watch, steps), ids in groups.items():
+                published = now - timedelta(seconds=steps * MARK_STEP)
+                lease = published + timedelta(seconds=self.start_timeout or 0) if watch else None
                 for start in range(0, len(ids), _IN_CHUNK):
                     result = conn.execute(
                         sa.update(fire)
@@ -84,7 +95,7 @@ class LeaseKeeper:
                             _F.claimed_by == self.node,
                             _F.attempts == attempt,
                         )
-                        .values(state="published", published_at=now, lease_until=lease)
+                        .values(state="published", published_at=published, lease_until=lease)
                     )
                     marked += result.rowcount
         return marked
@@ -131,16 +142,12 @@ class LeaseKeeper:
         """
         if not claims:
             return []
-        ids = sorted({c.periodic_task_id for c in claims})
+        enabled = self.enabled_among(sorted({c.periodic_task_id for c in claims}))
+        stale = [c.task_id for c in claims if c.periodic_task_id not in enabled]
+        if not stale:
+            return list(claims)
         with self.db.begin() as conn:
             now = self.db.now(conn)
-            enabled: set[int] = set()
-            for start in range(0, len(ids), _IN_CHUNK):
-                query = sa.select(_PT.id).where(
-                    _PT.id.in_(ids[start : start + _IN_CHUNK]), _PT.enabled == sa.true()
-                )
-                enabled.update(conn.execute(query).scalars())
-            stale = [c.task_id for c in claims if c.periodic_task_id not in enabled]
             for start in range(0, len(stale), _IN_CHUNK):
                 conn.execute(
                     sa.update(fire)
@@ -153,6 +160,17 @@ class LeaseKeeper:
                     )
                 )
         return [c for c in claims if c.periodic_task_id in enabled]
+
+    def enabled_among(self, ids: list[int]) -> set[int]:
+        """Return which of the periodic tasks ``ids`` exist and are enabled."""
+        enabled: set[int] = set()
+        with self.db.engine.connect() as conn:
+            for start in range(0, len(ids), _IN_CHUNK):
+                query = sa.select(_PT.id).where(
+                    _PT.id.in_(ids[start : start + _IN_CHUNK]), _PT.enabled == sa.true()
+                )
+                enabled.update(conn.execute(query).scalars())
+        return enabled
 
     def abandon_silent(self, redeliverable: Callable[[str], bool] | None = None) -> int:
         """Settle started fires whose worker stopped heartbeating; return how many.

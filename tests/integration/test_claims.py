@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -48,6 +48,27 @@ def test_mark_published_is_fenced_on_the_claimer(store: Store, clock: FrozenCloc
     assert Claimer(store, "b2").mark_published(claims) == 0
     assert Claimer(store, "b1").mark_published(claims) == 1
     assert states(store, "a") == [(at(10), "published", 1)]
+
+
+def test_a_claim_marked_after_its_publish_keeps_the_publish_time(
+    store: Store, clock: FrozenClock
+) -> None:
+    """Beat marks a burst's published fires together, later: ``published_at`` (and the
+    start lease of a watched fire) count from when each went, to 10 ms."""
+    for name in ("a", "b", "c"):
+        store.add(name, task="t", timer="*:*:0/10")
+    clock.set(at(10))
+    claimer = Claimer(store, "b1", start_timeout=30)
+    claims = {c.name: c for c in claimer.claim_due().claims}
+    clock.set(at(11))
+    ago = {claims["a"].task_id: 0.2504, claims["b"].task_id: 0.004}  # c: just now
+    assert claimer.mark_published(list(claims.values()), lambda c: c.name != "b", ago) == 3
+    fires = {name: store.history(name)[0] for name in claims}
+    assert fires["a"].published_at == at(11) - timedelta(seconds=0.25)
+    assert fires["a"].lease_until == at(11) - timedelta(seconds=0.25) + timedelta(seconds=30)
+    assert fires["b"].published_at == at(11)  # under half a step: now
+    assert fires["b"].lease_until is None  # not watched: no start lease
+    assert (fires["c"].published_at, fires["c"].lease_until) == (at(11), at(41))
 
 
 def test_an_expired_lease_is_republished_under_the_same_id(

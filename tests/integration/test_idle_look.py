@@ -136,3 +136,29 @@ def test_a_burst_count_runs_on_the_held_connection_and_agrees_with_the_pool(
     finally:
         held.close()
         pooled.close()
+
+
+def test_the_recheck_of_held_claims_reads_on_the_held_connection(direct: Store) -> None:
+    """Before a claim taken ahead goes out its task is read again: on the held
+    connection one statement; a disabled or removed task's fire is still dropped."""
+    for name in ("on", "off", "gone"):
+        direct.add(name, task="t", timer="every 1s")
+    time.sleep(1.1)
+    held = Claimer(direct, "b1", hold=True)
+    try:
+        claims = held.claim_due().claims
+        assert sorted(c.name for c in claims) == ["gone", "off", "on"]
+        counting = Counting(held)
+        assert sorted(c.name for c in held.recheck(claims)) == ["gone", "off", "on"]
+        assert counting.calls == 1
+        direct.disable("off")
+        direct.remove("gone")
+        assert [c.name for c in held.recheck(claims)] == ["on"]
+        assert counting.calls == 2
+        (dropped,) = direct.history("off")
+        assert (dropped.state, dropped.reason) == (
+            "dropped",
+            "not published: the task was disabled while the fire waited",
+        )
+    finally:
+        held.close()
