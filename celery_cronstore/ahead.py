@@ -17,10 +17,11 @@ While held fires follow each other closely (a burst), beat spends its time publi
 them: it does not look at the database while the next one is due within :data:`NEAR`,
 and marks the published ones in the ledger together once the fires leave a gap of
 :data:`MARK_GAP` (or after :data:`MARK_AGE`, or :data:`MARK_MOST` of them) instead of one
-transaction per tick. A claim not yet marked is still ``claimed`` under beat's lease, which
-outlives the lead by far: a crash before the mark has the fire published again by the
-replica that takes the lease over, under the same task id, as a crash between publish
-and mark always had.
+transaction per tick. Only fires a second publish cannot start twice wait for that mark
+(CronTask, whose guard starts one copy, or a task that acknowledges late): a claim not yet
+marked is still ``claimed`` under beat's lease, so a crash before the mark has the fire
+published again, under the same task id, by the replica that takes the lease over. A plain
+task's fires are marked as soon as they went, as always.
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ NEAR = 0.002
 #: Published held fires are marked once the next held fire is at least this far (seconds).
 MARK_GAP = 0.02
 #: ... or once the oldest of them was published this long ago (seconds) ...
-MARK_AGE = 0.25
+MARK_AGE = 1.0
 #: ... or once this many wait.
-MARK_MOST = 500
+MARK_MOST = 2000
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,9 @@ class ClaimAhead:
     def _watched(self, claim: Claim) -> bool:
         raise NotImplementedError
 
+    def _redeliverable(self, name: str) -> bool:
+        raise NotImplementedError
+
     def _scrub(self, exc: BaseException) -> str:
         raise NotImplementedError
 
@@ -128,10 +132,18 @@ class ClaimAhead:
         self._settle_marks(claimer, force=not sent)
         return sent
 
-    def _defer_marks(self, sent: list[Claim]) -> None:
-        """Keep published held fires to mark later (:meth:`_settle_marks`)."""
+    def _defer_marks(self, claimer: Claimer, sent: list[Claim]) -> None:
+        """Keep published held fires to mark later (:meth:`_settle_marks`); a fire that a
+        second publish could start twice is marked now."""
         clock = time.monotonic()
-        self._unmarked.extend((claim, clock) for claim in sent)
+        now: list[Claim] = []
+        for claim in sent:
+            if self._redeliverable(claim.task):
+                self._unmarked.append((claim, clock))
+            else:
+                now.append(claim)
+        if now:
+            claimer.mark_published(now, self._watched)
 
     def _settle_marks(self, claimer: Claimer, force: bool = False) -> None:
         """Mark the published held fires in the ledger (with the time each went), unless

@@ -387,7 +387,7 @@ class Scheduler(ClaimAhead, Upkeep, beat.Scheduler):  # type: ignore[misc]  # Ce
         if sent and mark:
             claimer.mark_published(sent, self._watched)
         elif sent:
-            self._defer_marks(sent)
+            self._defer_marks(claimer, sent)
         if failed:
             claimer.drop(failed)
             self._report([(claim.name, reason) for claim, reason in failed])

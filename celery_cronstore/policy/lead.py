@@ -34,8 +34,10 @@ __all__ = [
 BURST_SPAN = 1.0
 #: Most due rows counted for one burst (the lead reaches its bound well before).
 COUNT_CAP = 100_000
-#: Seconds one due row's claim is assumed to take until beat has timed a claim.
-DEFAULT_ROW_COST = 2e-4
+#: Seconds one due row's claim is assumed to take until beat has timed a claim: on the
+#: slow side (claims measured 0.1-0.5 ms a row on a 2-core machine), since a lead too short
+#: leaves the end of a burst to be claimed after its time, and one too long costs nothing.
+DEFAULT_ROW_COST = 5e-4
 #: Claims of fewer rows than this do not time the per-row cost (fixed costs dominate).
 MIN_ROWS_TIMED = 100
 #: How much longer than the measured pace the lead allows for.

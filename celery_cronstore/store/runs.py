@@ -252,6 +252,7 @@ def _record_start(
         "started_at": now,
         "node": node,
         "lease_until": alive,
+        "published_at": _published_by(now),
     }
     if not row.reruns:
         values["reason"] = None  # a re-run keeps why it runs again
@@ -322,6 +323,12 @@ def finish_fire(
         return bool(done.rowcount == 1)
 
 
+def _published_by(now: datetime) -> sa.ColumnElement[Any]:
+    """``published_at`` of a fire that starts: a start may overtake beat's mark (beat marks
+    a burst's fires together, after they went), and the fire was published by then."""
+    return sa.func.coalesce(_F.published_at, sa.literal(now, _F.published_at.type))
+
+
 def _fence(run: int | None) -> tuple[sa.ColumnElement[bool], ...]:
     """The condition that a record of run ``run`` of a fire still belongs to it."""
     return () if run is None else (_F.reruns == run,)
@@ -345,6 +352,7 @@ def record_start(db: Database, task_id: str, *, node: str, abandon_after: float)
                 started_at=now,
                 node=node,
                 lease_until=now + timedelta(seconds=abandon_after),
+                published_at=_published_by(now),
             )
         )
         if done.rowcount != 1:

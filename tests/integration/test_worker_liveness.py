@@ -385,3 +385,24 @@ def test_a_hard_limit_kill_of_the_run_itself_is_recorded(store: Store, clock: Fr
     assert not runs.finish_fire(store.db, task_id, "timed_out", **{**fenced, "node": "w9"})
     assert runs.finish_fire(store.db, task_id, "timed_out", error="killed", **fenced)
     assert _fire(store, task_id).state == "timed_out"
+
+
+def test_a_start_that_overtakes_beat_s_mark_records_the_fire_published(
+    store: Store, clock: FrozenClock
+) -> None:
+    """Beat marks a burst's fires published together, after they went: a worker may
+    start one first. The start fills ``published_at`` (the mark then finds nothing to
+    do); a fire beat did mark keeps its own."""
+    store.add("quick", task="t.run", timer="every 1m")
+    store.add("marked", task="t.run", timer="every 1m")
+    clock.set(at(60))
+    beat = Claimer(store, "beat")
+    claims = {c.name: c for c in beat.claim_due().claims}
+    beat.mark_published([claims["marked"]])
+    clock.set(at(61))
+    for claim in claims.values():
+        assert runs.start_fire(store.db, claim.task_id, node="w1", abandon_after=30).started
+    assert beat.mark_published([claims["quick"]]) == 0  # started: nothing to mark
+    quick, marked = _fire(store, claims["quick"].task_id), _fire(store, claims["marked"].task_id)
+    assert (quick.state, quick.published_at, quick.started_at) == ("started", at(61), at(61))
+    assert (marked.published_at, marked.started_at) == (at(60), at(61))
