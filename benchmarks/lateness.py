@@ -22,6 +22,7 @@ nothing in between.
     python benchmarks/lateness.py [--backends sqlite,postgresql] [--broker redis]
                                   [--scenarios spread,burst] [--tasks 1000]
                                   [--seconds 120] [--burst 10000] [--burst-window 1.0]
+                                  [--task plain|crontask]
 
 Messages go to the Redis list ``cronstore-bench-lateness`` (emptied before and after).
 See docs/benchmarks.md for the figures.
@@ -123,10 +124,18 @@ def hooks(recorder: Recorder) -> Iterator[None]:
 # -- the store and beat --------------------------------------------------------------------
 
 
-def make_app(store_url: str, broker_url: str, claim_ahead: float | None = None) -> Any:
+def make_app(
+    store_url: str, broker_url: str, claim_ahead: float | None = None, task: str = "plain"
+) -> Any:
+    """Beat's app. ``task``: ``plain`` sends ``bench.noop`` by name (beat does not know
+    it); ``crontask`` registers it as a CronTask (nothing runs it: beat only sends)."""
     from celery import Celery
 
+    from celery_cronstore import CronTask
+
     app = Celery("cronstore-lateness-bench", broker=broker_url, set_as_current=True)
+    if task == "crontask":
+        app.task(base=CronTask, name="bench.noop", shared=False)(_never_run)
     if claim_ahead is not None:
         app.conf.cronstore_claim_ahead = claim_ahead
     app.conf.update(
@@ -137,6 +146,10 @@ def make_app(store_url: str, broker_url: str, claim_ahead: float | None = None) 
         task_default_queue=QUEUE,
     )
     return app
+
+
+def _never_run() -> None:
+    """The body of ``bench.noop``: beat only sends it."""
 
 
 def insert_rows(store: Any, rows: list[tuple[str, str, datetime]]) -> None:
@@ -364,7 +377,7 @@ def spread(scratch_url: str, broker: Any, args: argparse.Namespace) -> dict[str,
     recorder = Recorder()
     stop_at = begin.timestamp() + args.seconds
     run_beat(
-        make_app(scratch_url, BROKERS[args.broker], args.claim_ahead),
+        make_app(scratch_url, BROKERS[args.broker], args.claim_ahead, args.task),
         recorder,
         lambda: time.time() > stop_at + 0.5,
         args.seconds + WARMUP + 30,
@@ -412,7 +425,7 @@ def burst(scratch_url: str, broker: Any, args: argparse.Namespace) -> dict[str, 
         raise SystemExit("filling the burst took too long: raise WARMUP")
     recorder = Recorder()
     run_beat(
-        make_app(scratch_url, BROKERS[args.broker], args.claim_ahead),
+        make_app(scratch_url, BROKERS[args.broker], args.claim_ahead, args.task),
         recorder,
         lambda: len(recorder.published) > args.burst,
         BURST_NOTICE + args.burst_window + 120,
@@ -447,6 +460,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor-samples", type=int, default=500)
     parser.add_argument(
         "--claim-ahead", type=float, help="cronstore_claim_ahead (default: the package's)"
+    )
+    parser.add_argument(
+        "--task",
+        choices=("plain", "crontask"),
+        default="plain",
+        help="the fires' task: sent by name, or a registered CronTask (whose held fires"
+        " beat marks together during a burst)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
     args = parser.parse_args(argv)
