@@ -275,4 +275,5 @@ def test_a_burst_s_fires_are_published_back_to_back_and_marked_together(
             assert first is not None
             kept = (published - first).total_seconds()
             assert abs(kept - (moment - went["f00"])) <= 0.011, (name, kept)
+    assert len(sent(app)) == 40
     scheduler.close()
