@@ -163,8 +163,10 @@ class ClaimAhead:
         claimer.mark_published([claim for claim, _ in sent], self._watched, ago)
 
     def _held_near(self) -> bool:
-        """Whether a held fire falls due within :data:`NEAR` (publish it before anything)."""
-        return self._early_wait() < NEAR
+        """Whether a held fire falls due within :data:`NEAR` (publish it before anything),
+        unless the chores are a whole period late (as :meth:`_housekeeping_due`)."""
+        overdue = time.monotonic() >= self._next_housekeeping + HEARTBEAT_EVERY
+        return self._early_wait() < NEAR and not overdue
 
     def _lead(self, claimer: Claimer, now: datetime, earliest: datetime | None) -> float:
         """Seconds ahead of ``now`` that beat claims (``policy.lead``): ``claim_ahead``,

@@ -277,3 +277,21 @@ def test_a_burst_s_fires_are_published_back_to_back_and_marked_together(
             assert abs(kept - (moment - went["f00"])) <= 0.011, (name, kept)
     assert len(sent(app)) == 40
     scheduler.close()
+
+
+def test_a_burst_holds_the_chores_back_at_most_a_period(app: Celery) -> None:
+    """Back-to-back publishing skips the chores while a held fire is near, but not once
+    they are a whole heartbeat period late (the heartbeat must not go stale)."""
+    from celery_cronstore.ahead import Held
+    from celery_cronstore.upkeep import HEARTBEAT_EVERY
+
+    scheduler, _ = started(app)
+    claim: Any = None
+    scheduler._early = [Held(time.monotonic(), claim, False)]  # due now
+    scheduler._next_housekeeping = time.monotonic() + 1.0
+    assert scheduler._held_near()
+    scheduler._next_housekeeping = time.monotonic() - HEARTBEAT_EVERY - 0.1
+    assert not scheduler._held_near()
+    assert scheduler._housekeeping_due()
+    scheduler._early = []
+    scheduler.close()
