@@ -79,15 +79,6 @@ def slow(self):
         raise
 
 
-@app.task(base=CronTask, bind=True, name="ct.stubborn")
-def stubborn(self):
-    """Ignores the soft time limit: only the hard one, in the main process, ends it."""
-    try:
-        time.sleep(60)
-    except SoftTimeLimitExceeded:
-        time.sleep(60)
-
-
 @app.task(base=CronTask, bind=True, name="ct.sleepy")
 def sleepy(self, seconds):
     """Notes its process id, then sleeps (long runs, and a child to kill)."""
@@ -300,23 +291,6 @@ def test_an_overrunning_run_times_out_and_the_next_run_resumes(worker: Worker) -
     assert fire2.state == "succeeded", worker.logs()
     assert fire2.result == '{"resumed": ' + _json(task.resume_state) + "}"
     assert worker.store.get("slow").last_run == fire2.started_at
-
-
-def test_a_hard_time_limit_kill_is_recorded_by_the_main_process(worker: Worker) -> None:
-    """The kill is recorded by the worker's main process, fenced on its node name (from
-    ``worker_init``) and on the run's age: both must match what the child recorded."""
-    worker.store.add("stubborn", task="ct.stubborn", timer="every 4s")
-    claim = worker.claim("stubborn")
-    worker.send(claim)
-    fire = worker.ended(claim)
-    assert fire.state == "timed_out", worker.logs()
-    assert fire.reason is not None
-    assert fire.reason.startswith("killed by the hard time limit"), fire.reason
-    assert fire.node is not None
-    assert fire.node.startswith("ct-")
-    assert fire.started_at is not None
-    assert fire.finished_at is not None
-    assert fire.finished_at - fire.started_at >= timedelta(seconds=3)
 
 
 def test_a_duplicate_delivery_of_a_fire_is_dropped(worker: Worker) -> None:
