@@ -165,8 +165,7 @@ class ClaimAhead:
     def _held_near(self) -> bool:
         """Whether a held fire falls due within :data:`NEAR` (publish it before anything),
         unless the chores are a whole period late (as :meth:`_housekeeping_due`)."""
-        overdue = time.monotonic() >= self._next_housekeeping + HEARTBEAT_EVERY
-        return self._early_wait() < NEAR and not overdue
+        return self._early_wait() < NEAR and not self._chores_overdue(time.monotonic())
 
     def _lead(self, claimer: Claimer, now: datetime, earliest: datetime | None) -> float:
         """Seconds ahead of ``now`` that beat claims (``policy.lead``): ``claim_ahead``,
@@ -215,9 +214,12 @@ class ClaimAhead:
         clock = time.monotonic()
         if clock < self._next_housekeeping:
             return False
-        return self._early_wait() > 2 * self._chores_cost or (
-            clock >= self._next_housekeeping + HEARTBEAT_EVERY
-        )
+        return self._early_wait() > 2 * self._chores_cost or self._chores_overdue(clock)
+
+    def _chores_overdue(self, clock: float) -> bool:
+        """Whether the chores are a whole heartbeat period late at monotonic ``clock``:
+        then no held fire holds them back any longer."""
+        return clock >= self._next_housekeeping + HEARTBEAT_EVERY
 
     def _flush_early(self) -> None:
         """At close: wait for the claims taken ahead (at most the lead away, a quarter of

@@ -147,14 +147,8 @@ class Claimer(LeaseKeeper):
         if self._held is not None:
             params = {"until": idle.naive_utc(until), "cap": cap}
             return int(self._held.one(self._count_sql, params)[0])
-        due = (
-            sa.select(sa.literal(1))
-            .where(_PT.enabled == sa.true(), _PT.next_run <= until)
-            .limit(cap)
-            .subquery()
-        )
         with self.db.engine.connect() as conn:
-            return int(conn.execute(sa.select(sa.func.count()).select_from(due)).scalar_one())
+            return int(conn.execute(idle.due_count(until, cap)).scalar_one())
 
     def enabled_among(self, ids: list[int]) -> set[int]:
         """Return which of the periodic tasks ``ids`` exist and are enabled (beat asks

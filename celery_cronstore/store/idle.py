@@ -29,6 +29,7 @@ __all__ = [
     "HeldConnection",
     "chores_statement",
     "count_statement",
+    "due_count",
     "enabled_statement",
     "peek_statement",
 ]
@@ -128,19 +129,23 @@ def peek_statement(dialect: sa.Dialect) -> str:
     return _render(sa.select(sa.func.clock_timestamp(), earliest), dialect)
 
 
-def count_statement(dialect: sa.Dialect) -> str:
-    """Return the SQL of a burst's count: enabled rows due by ``until`` (naive UTC),
-    counting stops at ``cap`` (one range of the due index). Parameters: ``until``, ``cap``."""
+def due_count(until: Any, cap: Any) -> sa.Select[int]:
+    """A burst's count: enabled rows due by ``until``, counting stops at ``cap`` (one range
+    of the due index). Values, or bind parameters (:func:`count_statement`)."""
     due = (
         sa.select(sa.literal_column("1"))
-        .where(
-            periodic_task.c.enabled == sa.true(),
-            periodic_task.c.next_run <= sa.bindparam("until", type_=sa.DateTime()),
-        )
-        .limit(sa.bindparam("cap", type_=sa.Integer()))
+        .where(periodic_task.c.enabled == sa.true(), periodic_task.c.next_run <= until)
+        .limit(cap)
         .subquery()
     )
-    return _render(sa.select(sa.func.count()).select_from(due), dialect)
+    return sa.select(sa.func.count()).select_from(due)
+
+
+def count_statement(dialect: sa.Dialect) -> str:
+    """Return the SQL of :func:`due_count` for the held connection. Parameters: ``until``
+    (naive UTC), ``cap``."""
+    until = sa.bindparam("until", type_=sa.DateTime())
+    return _render(due_count(until, sa.bindparam("cap", type_=sa.Integer())), dialect)
 
 
 def enabled_statement(dialect: sa.Dialect) -> str:
