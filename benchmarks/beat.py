@@ -50,7 +50,7 @@ def child(url: str, redis_url: str, ticks: int, due: int, timeout: float) -> dic
     import sqlalchemy as sa
     from celery import Celery
 
-    from celery_cronstore.scheduler import Scheduler
+    from celery_cronstore.beat.scheduler import Scheduler
     from celery_cronstore.store import Store
     from celery_cronstore.store.schema import fire, periodic_task
 

@@ -342,7 +342,7 @@ def publish_ceiling(redis_url: str, count: int) -> dict[str, float]:
     import redis as redis_lib
     from celery import Celery
 
-    from celery_cronstore.dispatch import Dispatcher
+    from celery_cronstore.beat.dispatch import Dispatcher
     from celery_cronstore.records import Claim
 
     app = Celery("cronstore-capacity", broker=redis_url, set_as_current=False)

@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from _common import fill, median, percentile, scratch_database, table, tick_ms  # noqa: E402
 from celery import Celery  # noqa: E402
 
-from celery_cronstore.scheduler import Scheduler  # noqa: E402
+from celery_cronstore.beat.scheduler import Scheduler  # noqa: E402
 from celery_cronstore.store import Store  # noqa: E402
 
 UTC = timezone.utc

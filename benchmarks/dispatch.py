@@ -221,7 +221,7 @@ def make_app(store_url: str, broker: Broker) -> Any:
 def bench(backend: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     from _common import due_rows, fill, scratch_database
 
-    from celery_cronstore.scheduler import Scheduler
+    from celery_cronstore.beat.scheduler import Scheduler
     from celery_cronstore.store import Store
     from celery_cronstore.store.schema import fire, periodic_task
 

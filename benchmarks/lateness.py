@@ -82,7 +82,7 @@ class Recorder:
 def hooks(recorder: Recorder) -> Iterator[None]:
     """Stamp beat's ticks, housekeeping and batches (kombu's producer batch flushes when
     the ``Dispatcher.batch`` block ends: the stamp is taken after that)."""
-    from celery_cronstore import dispatch, scheduler
+    from celery_cronstore.beat import dispatch, scheduler
 
     Dispatcher, Scheduler = dispatch.Dispatcher, scheduler.Scheduler
     saved = (Dispatcher.send, Dispatcher.batch, Scheduler.tick, Scheduler._housekeeping)
@@ -184,7 +184,7 @@ def run_beat(app: Any, recorder: Recorder, until: Callable[[], bool], limit: flo
     """Run Celery's beat loop on our Scheduler until ``until()`` or ``limit`` seconds."""
     from celery.beat import Service
 
-    from celery_cronstore.scheduler import Scheduler
+    from celery_cronstore.beat.scheduler import Scheduler
 
     service = Service(app, scheduler_cls=Scheduler)
     deadline = time.monotonic() + limit

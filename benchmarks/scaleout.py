@@ -81,7 +81,7 @@ def child(args: argparse.Namespace) -> int:
     """Run one beat replica until SIGTERM; print its figures as JSON on the last line."""
     from celery import Celery
 
-    from celery_cronstore.scheduler import Scheduler
+    from celery_cronstore.beat.scheduler import Scheduler
 
     sys.path.insert(0, HERE)
     from _common import median, percentile, rss_mb

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from celery import Celery  # noqa: E402
 
-from celery_cronstore.scheduler import Scheduler  # noqa: E402
+from celery_cronstore.beat.scheduler import Scheduler  # noqa: E402
 from celery_cronstore.store import Store  # noqa: E402
 from harness.scratch import scratch_database  # noqa: E402
 

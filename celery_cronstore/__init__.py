@@ -17,9 +17,9 @@ from celery_cronstore.errors import (
 from celery_cronstore.timers import Timer, detect_kind, is_valid, parse_timer
 
 if TYPE_CHECKING:
-    from celery_cronstore.scheduler import Scheduler
+    from celery_cronstore.beat.scheduler import Scheduler
     from celery_cronstore.store import Store
-    from celery_cronstore.task import CronTask
+    from celery_cronstore.worker.task import CronTask
 
 __all__ = [
     "CronTask",
@@ -45,9 +45,9 @@ __version__ = "0.1.0"
 # The Celery-facing classes import Celery and SQLAlchemy: load them on first use so that
 # `import celery_cronstore` (e.g. for timers) stays light.
 _LAZY = {
-    "Scheduler": "celery_cronstore.scheduler",
+    "Scheduler": "celery_cronstore.beat.scheduler",
     "Store": "celery_cronstore.store",
-    "CronTask": "celery_cronstore.task",
+    "CronTask": "celery_cronstore.worker.task",
 }
 
 

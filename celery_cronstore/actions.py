@@ -21,7 +21,7 @@ def run_now(app: Any, store: Store, name: str, *, node: str) -> Claim:
     publish failure leaves the claim for a running beat to re-publish once its lease runs
     out, and raises :class:`CronstoreError` saying so. The allowlist applies.
     """
-    from celery_cronstore.publish import publish
+    from celery_cronstore.beat.publish import publish
 
     config = Config.from_app(app)
     claimer = Claimer(store, node, lease=config.lease, allowlist=config.task_allowlist)

@@ -1,5 +1,5 @@
 """The message cases both send paths must agree on (beat's Dispatcher and Celery's own
-``apply_async`` / ``send_task`` through :func:`celery_cronstore.publish.publish`).
+``apply_async`` / ``send_task`` through :func:`celery_cronstore.beat.publish.publish`).
 
 Used by tests/unit/test_dispatch_messages.py (kombu's memory transport) and
 tests/integration/test_dispatch_brokers.py (real Redis and RabbitMQ). Messages are read
@@ -19,10 +19,10 @@ from typing import Any
 from celery import Celery
 from kombu import Queue as _Queue
 
-from celery_cronstore.dispatch import Dispatcher
-from celery_cronstore.publish import publish
+from celery_cronstore.beat.dispatch import Dispatcher
+from celery_cronstore.beat.publish import publish
 from celery_cronstore.records import Claim
-from celery_cronstore.task import CronTask
+from celery_cronstore.worker.task import CronTask
 
 UTC = timezone.utc
 #: kombu ships no types.

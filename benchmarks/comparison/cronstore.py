@@ -140,7 +140,7 @@ class Cronstore(Driver):
     @staticmethod
     def load(app: Any, target: str) -> Any:
         app.conf.update(cronstore_url=target, cronstore_sync_beat_schedule=False)
-        from celery_cronstore.scheduler import Scheduler
+        from celery_cronstore.beat.scheduler import Scheduler
         from celery_cronstore.store.listen import Listener
 
         wait = Listener.wait

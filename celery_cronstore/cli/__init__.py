@@ -17,7 +17,7 @@ from celery_cronstore.cli.group import cronstore
 # it starts: a worker then records the runs of beat's plain tasks, and beat warns when
 # it runs another scheduler while cronstore_url is set (signal handlers).
 from celery_cronstore import worker as _worker  # noqa: F401  isort: skip
-from celery_cronstore import checks as _checks  # noqa: F401  isort: skip  (another scheduler)
+from celery_cronstore.beat import checks as _checks  # noqa: F401  isort: skip  (another scheduler)
 
 __all__ = ["cronstore", "main"]
 

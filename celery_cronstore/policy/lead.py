@@ -1,7 +1,7 @@
 """How far ahead of a fire beat starts claiming it. Pure.
 
 Beat claims a fire ``claim_ahead`` seconds before its time and holds the claim until then
-(``celery_cronstore.ahead``), so the claim's transaction does not make it late. One
+(``celery_cronstore.beat.held``), so the claim's transaction does not make it late. One
 claim transaction takes a batch, though: when thousands of fires fall due together, the
 batches after the first were claimed after their time and published late by as long as
 the claims before them took (seconds for 10,000). So beat counts the fires due with the

@@ -18,7 +18,7 @@ from celery import Celery
 from queues import drain
 from timeline import at
 
-from celery_cronstore.scheduler import Scheduler
+from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.testing import FrozenClock
 

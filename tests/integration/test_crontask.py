@@ -19,8 +19,8 @@ from celery.exceptions import TimeLimitExceeded
 from timeline import at
 
 from celery_cronstore.store import Claim, Claimer, Store, runs
-from celery_cronstore.task import CronTask, use_store
 from celery_cronstore.testing import FrozenClock
+from celery_cronstore.worker.task import CronTask, use_store
 
 
 class Env:
@@ -315,13 +315,13 @@ def test_the_interval_is_recomputed_when_the_header_lacks_it(env: Env) -> None:
 
 
 def test_a_hard_time_limit_kill_is_recorded_as_timed_out(env: Env) -> None:
-    from celery_cronstore import worker
+    from celery_cronstore.worker import runtime, signals
 
     env.add()
     claim = env.claim(at(60))
     runs.start_fire(env.store.db, claim.task_id, node="w1")
     # The worker's main process knows its node name from worker_init.
-    worker._on_worker_init(sender=SimpleNamespace(app=env.app, hostname="w1"))
+    signals._on_worker_init(sender=SimpleNamespace(app=env.app, hostname="w1"))
     try:
         # What the worker's main process calls after killing the child (no request
         # context): a kill 20 s into the run cannot be a 30 s limit's, so it ends nothing.
@@ -331,7 +331,7 @@ def test_a_hard_time_limit_kill_is_recorded_as_timed_out(env: Env) -> None:
         env.clock.set(at(90))
         env.task.on_failure(TimeLimitExceeded(30), claim.task_id, (), {}, None)
     finally:
-        worker._nodes.pop(id(env.app), None)
+        runtime._nodes.pop(id(env.app), None)
     fire = env.fire(claim)
     assert fire.state == "timed_out"
     assert "hard time limit" in fire.reason
@@ -367,7 +367,7 @@ def test_a_run_without_headers_gets_a_deadline_from_its_soft_limit(env: Env) -> 
 def test_beat_sends_a_crontask_with_its_time_box(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from celery_cronstore.scheduler import Scheduler
+    from celery_cronstore.beat.scheduler import Scheduler
 
     env.add()
     claim = env.claim(at(60))

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from celery import Celery
 
-from celery_cronstore.scheduler import Scheduler
+from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.store import Store
 from harness.tcp_proxy import Proxy
 

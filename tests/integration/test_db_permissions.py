@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from celery import Celery
 from sqlalchemy.exc import DBAPIError
 
-from celery_cronstore.scheduler import Scheduler
+from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.store import Store, runs
 from celery_cronstore.testing import FrozenClock
 
@@ -188,8 +188,8 @@ def test_a_beat_role_that_cannot_vacuum_says_so_at_a_bounded_rate(
     """PostgreSQL with autovacuum off (this project's CI server) and a beat role that does
     not own the tables: nobody removes the dead rows, and beat cannot. It names the table
     and the fix in a warning, once per WARN_EVERY, instead of slowing down in silence."""
+    from celery_cronstore.beat.threads import Vacuumer
     from celery_cronstore.policy import vacuum as rule
-    from celery_cronstore.pruning import Vacuumer
     from celery_cronstore.store.vacuum import table_stats
 
     monkeypatch.setattr(rule, "DEAD_MIN", 100)

@@ -1,6 +1,6 @@
 """Beat's Dispatcher sends the very message Celery's apply_async would, on real brokers.
 
-Each case goes through Celery (``celery_cronstore.publish.publish``) and through the
+Each case goes through Celery (``celery_cronstore.beat.publish.publish``) and through the
 Dispatcher into Redis (and RabbitMQ), is read back through kombu, decoded, and compared
 field by field (tests/dispatch_cases.py). A real worker running Dispatcher messages is
 covered by the end-to-end tests (tests/integration/test_e2e_beat.py): beat sends
@@ -45,7 +45,7 @@ def test_dispatcher_message_equals_celerys_on_rabbitmq(rabbitmq_url: str, case_i
 def test_a_confirmed_batch_on_rabbitmq_sends_every_message(rabbitmq_url: str) -> None:
     from dispatch_cases import producer_of, read
 
-    from celery_cronstore.dispatch import Dispatcher
+    from celery_cronstore.beat.dispatch import Dispatcher
 
     queue = f"cronstore-dispatch-{uuid.uuid4().hex[:8]}"
     app = make_app(rabbitmq_url, queue)

@@ -9,8 +9,8 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from celery_cronstore.beat.threads import Vacuumer
 from celery_cronstore.policy import vacuum as rule
-from celery_cronstore.pruning import Vacuumer
 from celery_cronstore.store import Store
 from celery_cronstore.store.schema import periodic_task
 from celery_cronstore.store.vacuum import table_stats, vacuum

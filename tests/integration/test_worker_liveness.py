@@ -273,15 +273,15 @@ def test_a_plain_task_s_late_end_cannot_overwrite_its_rerun(
     Both runs go through the worker's signal handlers (an eager ``apply`` sends them)."""
     from celery import Celery
 
-    from celery_cronstore import worker
     from celery_cronstore.policy.messages import H_NAME
+    from celery_cronstore.worker import runtime, signals
 
     url = f"sqlite:///{tmp_path / 'plain.sqlite'}"
     store = Store(url, clock=clock)
     store.upgrade()
     app = Celery("plain", broker="memory://", set_as_current=False)
     app.conf.update(cronstore_url=url, cronstore_abandon_after=30)
-    worker.use_store(app, store)
+    runtime.use_store(app, store)
     ends: list[str] = []
 
     @app.task(name="t.run", acks_late=True)
@@ -292,8 +292,8 @@ def test_a_plain_task_s_late_end_cannot_overwrite_its_rerun(
     try:
         beat, task_id = _running_plain(store, clock, "plain-late")
         # Run 0 starts on w1 (the prerun signal); then w1 goes silent past abandon_after.
-        worker._on_prerun(task=_Ran(body, task_id))
-        assert worker.liveness_for(app).runs == {task_id: 0}
+        signals._on_prerun(task=_Ran(body, task_id))
+        assert runtime.liveness_for(app).runs == {task_id: 0}
         assert _fire(store, task_id).node == "w1"
         clock.set(at(3600 + 31))
         assert beat.abandon_silent(lambda name: True) == 1
@@ -303,7 +303,7 @@ def test_a_plain_task_s_late_end_cannot_overwrite_its_rerun(
         assert runs.record_start(store.db, task_id, node="w2", abandon_after=30) == 1
         assert runs.keep_alive(store.db, [task_id], 30, run=0) == 0
         # Run 0's late end, through the postrun signal handler: fenced, nothing recorded.
-        worker._on_postrun(task=_Ran(body, task_id), retval="late", state="SUCCESS")
+        signals._on_postrun(task=_Ran(body, task_id), retval="late", state="SUCCESS")
         fire = _fire(store, task_id)
         assert (fire.state, fire.node, fire.result) == ("started", "w2", None)
         # The re-run's own end is recorded (run 1).
@@ -318,7 +318,7 @@ def test_a_plain_task_s_late_end_cannot_overwrite_its_rerun(
         fresh = _fire(store, nxt.task_id)
         assert (fresh.state, fresh.reruns) == ("succeeded", 0)
     finally:
-        worker.use_store(app, None)
+        runtime.use_store(app, None)
         store.close()
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from celery import Celery, beat, signals
 
-from celery_cronstore import checks
-from celery_cronstore.scheduler import Scheduler
+from celery_cronstore.beat import checks
+from celery_cronstore.beat.scheduler import Scheduler
 
 
 def make_app(url: str | None) -> Celery:
@@ -46,7 +46,7 @@ def test_another_scheduler_with_cronstore_url_warns(
     [
         ("sqlite:///x.sqlite", Scheduler),
         ("sqlite:///x.sqlite", "celery_cronstore.Scheduler"),
-        ("sqlite:///x.sqlite", "celery_cronstore.scheduler:Scheduler"),
+        ("sqlite:///x.sqlite", "celery_cronstore.beat.scheduler:Scheduler"),
         (None, beat.PersistentScheduler),  # not a cronstore app: nothing to say
         ("sqlite:///x.sqlite", "no.such.module:Scheduler"),  # beat reports that itself
     ],

@@ -13,7 +13,7 @@ from celery import Celery
 from queues import drain
 from timeline import T0
 
-from celery_cronstore.scheduler import Scheduler
+from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.testing import FrozenClock
 
@@ -282,8 +282,8 @@ def test_a_burst_s_fires_are_published_back_to_back_and_marked_together(
 def test_a_burst_holds_the_chores_back_at_most_a_period(app: Celery) -> None:
     """Back-to-back publishing skips the chores while a held fire is near, but not once
     they are a whole heartbeat period late (the heartbeat must not go stale)."""
-    from celery_cronstore.ahead import Held
-    from celery_cronstore.upkeep import HEARTBEAT_EVERY
+    from celery_cronstore.beat.chores import HEARTBEAT_EVERY
+    from celery_cronstore.beat.held import Held
 
     scheduler, _ = started(app)
     claim: Any = None

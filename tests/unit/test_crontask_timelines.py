@@ -22,10 +22,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 from nuntium import CONGESTED, DROPPED, FORCED, STANDARD, TIMER, mmss, rows
 from timeline import T0
 
-from celery_cronstore import task as task_module
 from celery_cronstore.store import Claim, Claimer, Store, runs
-from celery_cronstore.task import CronTask, use_store
 from celery_cronstore.testing import FrozenClock, memory_store
+from celery_cronstore.worker import task as task_module
+from celery_cronstore.worker.task import CronTask, use_store
 
 
 @dataclass

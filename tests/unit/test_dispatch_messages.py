@@ -13,7 +13,7 @@ from celery import signals
 from dispatch_cases import CASE_IDS, case_named, cases, check_case, make_app, producer_of, purge
 from kombu.exceptions import EncodeError, OperationalError
 
-from celery_cronstore.dispatch import Dispatcher
+from celery_cronstore.beat.dispatch import Dispatcher
 
 
 def queue_name() -> str:
@@ -102,7 +102,7 @@ def test_beat_drops_only_the_fire_whose_message_cannot_be_routed(tmp_path: Path)
 
     from timeline import T0
 
-    from celery_cronstore.scheduler import Scheduler
+    from celery_cronstore.beat.scheduler import Scheduler
     from celery_cronstore.store import Store
     from celery_cronstore.testing import FrozenClock
 

@@ -13,7 +13,7 @@ from celery.schedules import crontab
 from queues import drain
 from timeline import T0
 
-from celery_cronstore.scheduler import Scheduler
+from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.store import Store
 from celery_cronstore.testing import FrozenClock
 

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from celery import Celery
 from timeline import T0
 
-from celery_cronstore import upkeep
-from celery_cronstore.scheduler import Scheduler
+from celery_cronstore.beat import chores as upkeep
+from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.store import Store
 from celery_cronstore.store.retention import Pruner
 from celery_cronstore.store.schema import fire

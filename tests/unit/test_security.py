@@ -17,8 +17,8 @@ from celery import Celery
 from queues import drain
 from timeline import T0
 
-from celery_cronstore.publish import publish
-from celery_cronstore.scheduler import Scheduler
+from celery_cronstore.beat.publish import publish
+from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.store import Claim, Store
 from celery_cronstore.testing import FrozenClock
 

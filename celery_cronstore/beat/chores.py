@@ -4,7 +4,7 @@ A mixin of :class:`celery_cronstore.Scheduler`: the heartbeat that ``cronstore h
 reads (with the stall and the clock offset), fires whose worker went silent recorded
 ``abandoned``, published fires that never started handed back, lapsed claims taken over,
 old history pruned in small batches (the rest of a pass beat has no room for goes on in
-:mod:`celery_cronstore.pruning`'s thread), and on PostgreSQL a look now and then
+:mod:`celery_cronstore.beat.threads`'s thread), and on PostgreSQL a look now and then
 (``policy.vacuum.LOOK_EVERY``) whether the hot tables need a vacuum autovacuum has not
 done (also on a thread).
 """
@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from celery_cronstore.beat.threads import Finisher, Vacuumer
 from celery_cronstore.config import Config
 from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY
-from celery_cronstore.pruning import Finisher, Vacuumer
 from celery_cronstore.records import Claim
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.idle import Chores
@@ -102,7 +102,7 @@ class Upkeep:
 
         Bounded transactions while a pass has work, for at most ``PRUNE_BUDGET`` seconds
         per housekeeping and never past the next fire's claim (one batch at least); what
-        is left of the pass then goes on in a :class:`~celery_cronstore.pruning.Finisher`
+        is left of the pass then goes on in a :class:`~celery_cronstore.beat.threads.Finisher`
         thread (not for an in-memory SQLite database: one connection). A minute's pause
         after each pass; no pass while housekeeping's look (database time, oldest fire)
         shows nothing old. A failure is logged and never stops the firing.

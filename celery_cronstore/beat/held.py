@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery_cronstore.beat.chores import HEARTBEAT_EVERY
 from celery_cronstore.config import Config
 from celery_cronstore.policy.lead import (
     BURST_SPAN,
@@ -41,7 +42,6 @@ from celery_cronstore.policy.lead import (
 )
 from celery_cronstore.records import Claim
 from celery_cronstore.store import Claimer
-from celery_cronstore.upkeep import HEARTBEAT_EVERY
 
 __all__ = ["MARK_AGE", "MARK_GAP", "MARK_MOST", "NEAR", "ClaimAhead", "Held", "lately"]
 

@@ -16,7 +16,7 @@ __all__ = ["other_scheduler_problem", "warn_other_scheduler"]
 
 logger = logging.getLogger("celery.beat")
 
-_OURS = "celery_cronstore.scheduler.Scheduler"
+_OURS = "celery_cronstore.beat.scheduler.Scheduler"
 
 
 def other_scheduler_problem(
@@ -79,5 +79,5 @@ def _app_arg() -> str | None:
 
 
 signals.beat_init.connect(
-    warn_other_scheduler, weak=False, dispatch_uid="celery_cronstore.checks.other_scheduler"
+    warn_other_scheduler, weak=False, dispatch_uid="celery_cronstore.beat.checks.other_scheduler"
 )

@@ -1,7 +1,7 @@
 """Send one claimed fire to the broker through Celery (``apply_async``, or ``send_task``
 for a task this process does not know).
 
-Beat's batches go through :class:`celery_cronstore.dispatch.Dispatcher`, which builds the
+Beat's batches go through :class:`celery_cronstore.beat.dispatch.Dispatcher`, which builds the
 very same message itself; it hands a claim to :func:`publish` whenever Celery would do
 something it does not reproduce.
 """
@@ -48,7 +48,7 @@ class BoundRouter:
 def publish(app: Any, claim: Claim, producer: Any = None, router: Any = None) -> None:
     """Publish ``claim`` under its ledger task id, with the options the message rules give
     (:func:`celery_cronstore.policy.message_options`: headers, JSON, time box, expiry)."""
-    from celery_cronstore.task import CronTask
+    from celery_cronstore.worker.task import CronTask
 
     logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
     task = app.tasks.get(claim.task)

@@ -4,7 +4,7 @@ of work instead of once per message.
 :class:`Dispatcher` builds the very same message Celery builds for ``apply_async`` (or
 ``send_task``) and gives it to kombu's producer, skipping the per-message work Celery
 repeats for every call (reading the configuration, merging options twice, wrapping the
-publish in a retry); it hands a claim to :func:`celery_cronstore.publish.publish` whenever
+publish in a retry); it hands a claim to :func:`celery_cronstore.beat.publish.publish` whenever
 Celery would do something it does not reproduce. ``tests/integration/
 test_dispatch_brokers.py`` decodes messages from both ways and compares them field by
 field.
@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from celery_cronstore.beat.publish import BoundRouter, publish, shorten
 from celery_cronstore.policy import message_options
 from celery_cronstore.policy.messages import protocol2_headers
-from celery_cronstore.publish import BoundRouter, publish, shorten
 from celery_cronstore.records import Claim
 
 __all__ = ["CONFIRM_WAIT", "Dispatcher"]
@@ -179,7 +179,7 @@ class Dispatcher:
             publish(self.app, claim, self.producer, self.router)
             return
         logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
-        from celery_cronstore.task import CronTask
+        from celery_cronstore.worker.task import CronTask
 
         task, preopts = spec
         args, kwargs = claim.args, claim.kwargs
