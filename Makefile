@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint types docs extras bench bench-compare clean
+.PHONY: demo test test-celery-matrix lint types docs extras bench bench-compare clean
 
 # The demo needs the package alone (SQLite and the filesystem broker come with it); the
 # developer tool chain is the PEP 735 group `dev`, which pip installs from 25.1 on.
@@ -20,8 +20,56 @@ $(VENV)/.installed: $(VENV)/.demo-installed
 demo: $(VENV)/.demo-installed  ## worker + embedded beat on SQLite and a server-less broker, five tasks firing
 	$(PY) -m examples.demo
 
+# Two runs: everything not marked `serial` on every core (pytest-xdist; `--dist loadgroup`
+# keeps an `xdist_group` on one worker), then the `serial` tests (real-time and CPU
+# assertions, many processes) alone. Both always run; either failing fails the target.
+# Plain `pytest` still runs the whole suite in one process. TEST_WORKERS=1 (or 0) is one
+# worker; PYTEST_ARGS goes to both runs (say, `make test PYTEST_ARGS=-x`).
+TEST_WORKERS ?= auto
+PYTEST_ARGS ?=
+
+PARALLEL_RUN = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial" $(PYTEST_ARGS)
+SERIAL_RUN = $(PY) -m pytest -m serial $(PYTEST_ARGS)
+
 test: $(VENV)/.installed  ## the whole test suite (PostgreSQL/MariaDB/Redis/RabbitMQ tests skip if absent)
-	$(PY) -m pytest
+	@status=0; \
+	echo '$(PARALLEL_RUN)'; $(PARALLEL_RUN) || status=1; \
+	echo '$(SERIAL_RUN)'; $(SERIAL_RUN) || status=1; \
+	exit $$status
+
+# The message path against every Celery minor the project supports (celery>=5.4,<6): beat's
+# Dispatcher builds Celery's protocol-2 message itself, so the tests that compare it with
+# Celery's own send path (and one real worker of that Celery taking it) run on each minor,
+# each in a venv of its own (.venv-celery-5.X) with kombu of the same minor, the pair
+# released together (5.4's is the project's kombu floor).
+CELERY_MINORS ?= 5.4 5.5 5.6 5.7
+MESSAGE_TESTS := tests/unit/test_dispatch_messages.py tests/integration/test_dispatch_brokers.py \
+	tests/unit/test_security.py tests/unit/test_scheduler.py \
+	"tests/integration/test_e2e_beat.py::test_beat_fires_on_time_sees_edits_and_stops_when_disabled[redis-sqlite]"
+
+.venv-celery-%/.installed: pyproject.toml
+	rm -rf .venv-celery-$*
+	$(PYTHON) -m venv .venv-celery-$*
+	.venv-celery-$*/bin/python -m pip install -q --upgrade 'pip>=25.1'
+	.venv-celery-$*/bin/python -m pip install -q --no-compile -e . --group dev 'celery==$*.*' 'kombu==$*.*'
+	echo '*' > .venv-celery-$*/.gitignore
+	touch $@
+
+test-celery-matrix: $(foreach minor,$(CELERY_MINORS),.venv-celery-$(minor)/.installed)  ## the message tests on each Celery minor (5.4 .. 5.7), side by side
+	@for minor in $(CELERY_MINORS); do \
+	  dir=.venv-celery-$$minor; \
+	  { ( versions=$$($$dir/bin/python -c 'import celery, kombu; print(celery.__version__, kombu.__version__)'); \
+	      echo "== Celery $$minor (celery, kombu: $$versions)"; \
+	      case "$$versions" in "$$minor".*) ;; *) echo "not Celery $$minor"; exit 1;; esac; \
+	      $$dir/bin/python -m pytest -q -p no:cacheprovider $(MESSAGE_TESTS) $(PYTEST_ARGS) \
+	    ) > $$dir/matrix.log 2>&1; echo $$? > $$dir/matrix.status; } & \
+	done; \
+	wait; status=0; \
+	for minor in $(CELERY_MINORS); do \
+	  dir=.venv-celery-$$minor; cat $$dir/matrix.log; \
+	  [ "$$(cat $$dir/matrix.status)" = 0 ] || { echo "== Celery $$minor: FAILED"; status=1; }; \
+	done; \
+	exit $$status
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
@@ -61,4 +109,4 @@ bench-compare: $(BENCH_VENV)/.installed  ## vs django-celery-beat, sqlalchemy-ce
 	$(BENCH_VENV)/bin/python benchmarks/compare.py --cronstore-sizes 100,1000,10000,100000,1000000
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache var site dist
+	rm -rf $(VENV) .venv-celery-* .pytest_cache .mypy_cache .ruff_cache var site dist

@@ -234,8 +234,8 @@ def tick_ms(scheduler: Any, count: int, *, housekeep: bool = False) -> list[floa
     """
     samples = []
     for _ in range(count):
-        if housekeep:
-            scheduler._next_housekeeping = 0.0
+        if housekeep and scheduler.loop is not None:
+            scheduler.loop.chores.next_due = 0.0
         began = time.perf_counter()
         sleep = scheduler.tick()
         samples.append((time.perf_counter() - began) * 1e3)

@@ -98,8 +98,9 @@ def child(url: str, redis_url: str, ticks: int, due: int, timeout: float) -> dic
     # housekeeps each time; the ledger pruner looks once a minute (one wake in 12).
     wakes: list[float] = []
     for _ in range(5):
-        if scheduler._pruner is not None:
-            scheduler._pruner.resume_at = 0.0
+        pruner = scheduler.loop.chores.pruner if scheduler.loop else None
+        if pruner is not None:
+            pruner.resume_at = 0.0
         wakes += tick_ms(scheduler, 12, housekeep=True)
     out["wake_avg_ms"] = sum(wakes) / len(wakes)
 

@@ -209,7 +209,8 @@ def churn(args: argparse.Namespace) -> int:
                 rate = n * args.tasks / (time.perf_counter() - began)
                 rows.append(row(n * args.tasks, measure(scheduler, engine)))
                 print("  " + " | ".join(rows[-1]) + f"   ({rate:,.0f} fires/s)", flush=True)
-        vacuumed = scheduler._vacuumer.vacuumed if scheduler._vacuumer else []
+        vacuumer = scheduler.loop.chores.vacuumer if scheduler.loop else None
+        vacuumed = vacuumer.vacuumed if vacuumer else []
         scheduler.close()
         store.close()
     print(f"  beat's own vacuums: {len(vacuumed)} ({', '.join(sorted(set(vacuumed))) or '-'})")

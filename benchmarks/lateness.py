@@ -82,10 +82,10 @@ class Recorder:
 def hooks(recorder: Recorder) -> Iterator[None]:
     """Stamp beat's ticks, housekeeping and batches (kombu's producer batch flushes when
     the ``Dispatcher.batch`` block ends: the stamp is taken after that)."""
-    from celery_cronstore.beat import dispatch, scheduler
+    from celery_cronstore.beat import chores, dispatch, scheduler
 
-    Dispatcher, Scheduler = dispatch.Dispatcher, scheduler.Scheduler
-    saved = (Dispatcher.send, Dispatcher.batch, Scheduler.tick, Scheduler._housekeeping)
+    Dispatcher, Scheduler, Chores = dispatch.Dispatcher, scheduler.Scheduler, chores.Chores
+    saved = (Dispatcher.send, Dispatcher.batch, Scheduler.tick, Chores.run)
     send, batch, tick, housekeeping = saved
     clock = time.time
 
@@ -106,19 +106,19 @@ def hooks(recorder: Recorder) -> Iterator[None]:
         recorder.ticks.append(clock())
         return tick(self, *args, **kwargs)  # type: ignore[no-any-return]
 
-    def housekeeping_hook(self: Any, claimer: Any) -> bool:
+    def housekeeping_hook(self: Any, stalled_since: Any) -> bool:
         start = clock()
         try:
-            return housekeeping(self, claimer)  # type: ignore[no-any-return]
+            return housekeeping(self, stalled_since)
         finally:
             recorder.chores.append((start, clock()))
 
     Dispatcher.send, Dispatcher.batch = send_hook, batch_hook  # type: ignore[method-assign]
-    Scheduler.tick, Scheduler._housekeeping = tick_hook, housekeeping_hook  # type: ignore[method-assign]
+    Scheduler.tick, Chores.run = tick_hook, housekeeping_hook  # type: ignore[method-assign]
     try:
         yield
     finally:
-        Dispatcher.send, Dispatcher.batch, Scheduler.tick, Scheduler._housekeeping = saved  # type: ignore[method-assign]
+        Dispatcher.send, Dispatcher.batch, Scheduler.tick, Chores.run = saved  # type: ignore[method-assign]
 
 
 # -- the store and beat --------------------------------------------------------------------

@@ -31,6 +31,7 @@ See docs/scaling.md for the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -104,24 +105,25 @@ def child(args: argparse.Namespace) -> int:
     marks: dict[str, float] = {}
     cpu_start = [time.process_time()]
 
-    claimer = None
-    while claimer is None:  # as tick() would: a failed start is tried again
-        try:
-            claimer = scheduler._ready()
-        except Exception as exc:
-            print(f"beat start failed ({type(exc).__name__}); again", file=sys.stderr)
-            time.sleep(0.5)
-    inner_tick = scheduler._tick
+    loop = scheduler.loop
+    while loop is None:  # as tick() would: a failed start is tried again
+        print("beat start failed; again", file=sys.stderr)
+        time.sleep(0.5)
+        with contextlib.suppress(Exception):
+            scheduler.setup_schedule()
+        loop = scheduler.loop
+    claimer = loop.claimer
+    inner_tick = loop.tick
     inner_claim = claimer.claim_due
-    inner_publish = scheduler._publish
+    inner_publish = loop.sender.publish
     inner_mark = claimer.mark_published
-    inner_housekeeping = scheduler._housekeeping
+    inner_housekeeping = loop.chores.run
 
-    def tick(c: Any) -> float:
+    def tick() -> float:
         state["claimed"] = state["housekept"] = state["published"] = False
         t = time.perf_counter()
         try:
-            return float(inner_tick(c))
+            return float(inner_tick())
         finally:
             ms = (time.perf_counter() - t) * 1e3
             kind = (
@@ -150,11 +152,11 @@ def child(args: argparse.Namespace) -> int:
             marks["last_claim"] = time.time()
         return result
 
-    def publish(c: Any, claims: Any) -> bool:
+    def publish(claims: Any, mark: Any = None) -> bool:
         state["published"] = state["published"] or bool(claims)
         t = time.perf_counter()
         try:
-            return bool(inner_publish(c, claims))
+            return bool(inner_publish(claims, mark))
         finally:
             totals["publish_s"] += time.perf_counter() - t
             if claims:
@@ -168,15 +170,15 @@ def child(args: argparse.Namespace) -> int:
         finally:
             totals["mark_s"] += time.perf_counter() - t
 
-    def housekeeping(c: Any) -> bool:
+    def housekeeping(stalled_since: Any) -> bool:
         state["housekept"] = True
-        return bool(inner_housekeeping(c))
+        return bool(inner_housekeeping(stalled_since))
 
-    scheduler._tick = tick
+    loop.tick = tick  # type: ignore[method-assign]
     claimer.claim_due = claim_due  # type: ignore[method-assign]
-    scheduler._publish = publish
+    loop.sender.publish = publish  # type: ignore[method-assign]
     claimer.mark_published = mark_published  # type: ignore[method-assign]
-    scheduler._housekeeping = housekeeping
+    loop.chores.run = housekeeping  # type: ignore[method-assign]
 
     scheduler.tick()  # open everything before the parent starts the clock
     for values in window.values():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery_cronstore.catalog import TaskCatalog
 from celery_cronstore.config import Config
 from celery_cronstore.errors import CronstoreError
 from celery_cronstore.records import Claim
@@ -19,12 +20,20 @@ def run_now(app: Any, store: Store, name: str, *, node: str) -> Claim:
     The claim writes the ledger row (its own task id; the database refuses a second claim
     of the same fire), then the message is published and the row marked published. A
     publish failure leaves the claim for a running beat to re-publish once its lease runs
-    out, and raises :class:`CronstoreError` saying so. The allowlist applies.
+    out, and raises :class:`CronstoreError` saying so. Beat's refusals apply (the
+    allowlist, and what the app's :class:`~celery_cronstore.catalog.TaskCatalog` says:
+    a task it must register, args that do not fit).
     """
     from celery_cronstore.beat.publish import publish
 
     config = Config.from_app(app)
-    claimer = Claimer(store, node, lease=config.lease, allowlist=config.task_allowlist)
+    claimer = Claimer(
+        store,
+        node,
+        lease=config.lease,
+        allowlist=config.task_allowlist,
+        seam=TaskCatalog(app, config=config),
+    )
     claim = claimer.claim_now(name)
     try:
         publish(app, claim)

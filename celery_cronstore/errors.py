@@ -10,8 +10,10 @@ from __future__ import annotations
 __all__ = [
     "CronstoreError",
     "DuplicateTaskError",
+    "EditConflictError",
     "SchemaVersionError",
     "StoreError",
+    "StoreUnavailableError",
     "TaskNotFoundError",
     "TimerError",
     "TimerSearchError",
@@ -91,3 +93,50 @@ class DuplicateTaskError(StoreError, ValueError):
 
 class SchemaVersionError(StoreError):
     """The database schema is missing or at a version this release does not know."""
+
+
+class EditConflictError(StoreError):
+    """An edit was refused: the task changed since the version the editor loaded.
+
+    ``name``: the task; ``expected``: the version the edit was based on; ``current``: the
+    version stored when the edit was refused (``None``: not known).
+    """
+
+    def __init__(self, name: str, expected: int, current: int | None = None) -> None:
+        self.name = name
+        self.expected = expected
+        self.current = current
+        now = "" if current is None else f", it is at version {current} now"
+        super().__init__(
+            f"periodic task {name!r} was changed by someone else since version {expected} "
+            f"was loaded{now}: reload it and make the edit again"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Several constructor arguments: tell pickle how to rebuild us.
+        return (EditConflictError, (self.name, self.expected, self.current))
+
+
+class StoreUnavailableError(StoreError):
+    """The store's database could not be reached, or refused or failed a statement.
+
+    Raised for a refused or lost connection, a pool with no connection free in time, a
+    driver's operational error (a lock or statement timeout, a read-only or locked
+    database) and access refused. ``url`` names the database without its password;
+    ``reason`` is the driver's first line; ``unreachable``: no connection could be
+    opened, or it was lost.
+    """
+
+    def __init__(self, url: str, reason: str, *, unreachable: bool = False) -> None:
+        self.url = url
+        self.reason = reason
+        self.unreachable = unreachable
+        what = "unreachable or refused the connection" if unreachable else "unavailable"
+        super().__init__(f"the cronstore database {url} is {what}: {reason}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_unavailable, (self.url, self.reason, self.unreachable))
+
+
+def _rebuild_unavailable(url: str, reason: str, unreachable: bool) -> StoreUnavailableError:
+    return StoreUnavailableError(url, reason, unreachable=unreachable)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
+from celery_cronstore import states
+
 __all__ = [
     "ABANDON_POLICIES",
     "EPOCH",
@@ -33,22 +35,9 @@ OVERLAP_POLICIES = ("allow", "skip")
 #: ``rerun`` it (published again once, under the same task id).
 ABANDON_POLICIES = ("leave", "rerun")
 
-#: Every state a fire can end in; the first three are "in flight".
-FIRE_STATES = (
-    "claimed",  # beat committed the claim; publishing
-    "published",  # sent to the broker
-    "started",  # a run began on a worker
-    "retrying",  # a started fire waiting for its Celery retry (same task id)
-    "succeeded",
-    "failed",
-    "timed_out",  # a CronTask run hit its time box
-    "dropped",  # a CronTask run refused to start (early, duplicate, removed)
-    "skipped",  # not published: the previous fire still ran (overlap policy skip)
-    "missed",  # not published: beat was not running or fell behind (misfire policy)
-    "expired",  # not published: past its starting deadline
-    "abandoned",  # started, but its worker went silent (died, lost the database)
-    "lost",  # published, never started, not sent again (its message was lost)
-)
+#: Every state a fire can be in (kept for callers of this module; see
+#: :mod:`celery_cronstore.states`).
+FIRE_STATES = states.FIRE_STATES
 
 
 @dataclass(frozen=True)

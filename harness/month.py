@@ -33,7 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -487,6 +487,27 @@ class World:
         return beat
 
 
+class SoakSeam:
+    """What beat's app would say about the soak's two tasks (the store's task seam)."""
+
+    def registered(self, name: str) -> str | None:
+        """Return ``None``: both tasks may be sent."""
+        return None
+
+    def guarded(self, name: str) -> bool:
+        """Return ``True``: every fire's start is watched (workers record plain starts too)."""
+        return True
+
+    def redeliverable(self, name: str) -> bool:
+        """Return whether ``name`` is the CronTask: its guard starts one copy; a plain task's
+        lost message is recorded lost (sending it again could run it twice)."""
+        return name == "soak.guarded"
+
+    def call_problem(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """Return ``None``: every call fits."""
+        return None
+
+
 class BeatSim:
     """One beat process: the Scheduler's tick and housekeeping, against a simulated broker."""
 
@@ -501,6 +522,7 @@ class BeatSim:
             lease=s.lease,
             start_timeout=s.start_timeout,
             misfire_grace=30.0,
+            seam=SoakSeam(),
         )
         self.pruner = Pruner(world.store.db)
         self.alive = True
@@ -556,8 +578,8 @@ class BeatSim:
         self.claimer.heartbeat(self.started_at)
         w.report.abandoned_by_beat += self.claimer.abandon_silent()
         # As beat does: a CronTask's lost message is sent again (its guard starts one copy);
-        # a plain task's is recorded lost (sending it again could run it twice).
-        w.report.redelivered += self.claimer.redeliver_unstarted(lambda t: t == "soak.guarded")
+        # a plain task's is recorded lost (sending it again could run it twice): SoakSeam.
+        w.report.redelivered += self.claimer.redeliver_unstarted()
         reclaimed = self.claimer.reclaim_expired()
         w.report.reclaimed += len(reclaimed)
         try:
@@ -587,8 +609,8 @@ class BeatSim:
             w.later(delay, "deliver", msg)
         w.report.published += len(claims)
         self.pending = []
-        # Every fire's start is watched: workers record plain starts too.
-        self.claimer.mark_published(claims, lambda c: True)
+        # Every fire's start is watched (SoakSeam): workers record plain starts too.
+        self.claimer.mark_published(claims)
         return True
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from timeline import T0
@@ -24,8 +24,36 @@ POSTGRES_URL = os.environ.get(
     "CRONSTORE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 MYSQL_URL = os.environ.get("CRONSTORE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
-REDIS_URL = os.environ.get("CRONSTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 RABBITMQ_URL = os.environ.get("CRONSTORE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+#: The pytest-xdist worker this process is ("gw0", "gw1", ...), or "" when not under xdist.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+#: Redis has databases 0..15 by default.
+REDIS_DATABASES = 16
+
+
+def redis_url_for(url: str, worker: str) -> str:
+    """Return ``url`` on a Redis database of ``worker``'s own.
+
+    Outside xdist (``worker`` empty) the URL is unchanged (database 0 by default). The xdist
+    worker ``gwN`` gets the database after the URL's by N + 1 (wrapping at 16), so parallel
+    workers, and a plain ``pytest`` run beside them, never share keys: queues, kombu's
+    bindings, unacked messages, worker mailboxes.
+    """
+    if not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    db = (base + 1 + int(worker[2:])) % REDIS_DATABASES
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+REDIS_URL = redis_url_for(
+    os.environ.get("CRONSTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"), XDIST_WORKER
+)
+# The fault harness (harness/scenarios.py) and every process a test starts read the
+# variable: point them at this worker's database too.
+os.environ["CRONSTORE_TEST_REDIS_URL"] = REDIS_URL
 
 
 def reachable(url: str, default_port: int) -> bool:
@@ -50,11 +78,16 @@ def need_service(name: str, url: str, port: int) -> None:
     pytest.skip(message)
 
 
+#: Scratch database names: a random suffix makes them unique per session (so per xdist
+#: worker too); the worker's name in them tells whose a database left behind was.
+SCRATCH_PREFIX = f"cronstore_{XDIST_WORKER}" if XDIST_WORKER else "cronstore"
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A PostgreSQL database of this session's own (parallel runs do not collide)."""
     need_service("PostgreSQL", POSTGRES_URL, 5432)
-    with scratch_database(POSTGRES_URL) as scratch:
+    with scratch_database(POSTGRES_URL, prefix=SCRATCH_PREFIX) as scratch:
         yield scratch.url
 
 
@@ -62,7 +95,7 @@ def postgres_url() -> Iterator[str]:
 def mysql_url() -> Iterator[str]:
     """A MariaDB database of this session's own (parallel runs do not collide)."""
     need_service("MariaDB", MYSQL_URL, 3306)
-    with scratch_database(MYSQL_URL) as scratch:
+    with scratch_database(MYSQL_URL, prefix=SCRATCH_PREFIX) as scratch:
         yield scratch.url
 
 

@@ -1,12 +1,12 @@
 """Beat's upkeep between ticks: heartbeat, lost work, history, clock (every few seconds).
 
-A mixin of :class:`celery_cronstore.Scheduler`: the heartbeat that ``cronstore health``
-reads (with the stall and the clock offset), fires whose worker went silent recorded
-``abandoned``, published fires that never started handed back, lapsed claims taken over,
-old history pruned in small batches (the rest of a pass beat has no room for goes on in
+:class:`Chores` owns it: the heartbeat that ``cronstore health`` reads (with the stall
+and the clock offset), fires whose worker went silent recorded ``abandoned``, published
+fires that never started handed back, lapsed claims taken over, old history pruned in
+small batches (the rest of a pass beat has no room for goes on in
 :mod:`celery_cronstore.beat.threads`'s thread), and on PostgreSQL a look now and then
 (``policy.vacuum.LOOK_EVERY``) whether the hot tables need a vacuum autovacuum has not
-done (also on a thread).
+done (also on a thread). :func:`warn_shared_sqlite` is its one look at start.
 """
 
 from __future__ import annotations
@@ -15,17 +15,16 @@ import logging
 import time
 from datetime import datetime, timezone
 
-from sqlalchemy.exc import SQLAlchemyError
-
+from celery_cronstore.beat.held import lately
+from celery_cronstore.beat.send import Sender
 from celery_cronstore.beat.threads import Finisher, Vacuumer
 from celery_cronstore.config import Config
 from celery_cronstore.policy import CLOCK_WARN, CLOCK_WARN_EVERY
-from celery_cronstore.records import Claim
-from celery_cronstore.store import Claimer, Store
-from celery_cronstore.store.idle import Chores
+from celery_cronstore.store import Claimer, Store, idle
+from celery_cronstore.store.engine import DATABASE_ERRORS
 from celery_cronstore.store.retention import Pruner
 
-__all__ = ["HEARTBEAT_EVERY", "PRUNE_BUDGET", "Upkeep"]
+__all__ = ["HEARTBEAT_EVERY", "PRUNE_BUDGET", "Chores", "warn_shared_sqlite"]
 
 logger = logging.getLogger("celery.beat")
 
@@ -39,43 +38,77 @@ PRUNE_BUDGET = 0.5
 PRUNE_MARGIN = 0.05
 
 
-class Upkeep:
-    """The scheduler's chores between ticks (see the module docstring)."""
+class Chores:
+    """Beat's chores between ticks (see the module docstring)."""
 
-    config: Config
-    node: str
-    _started_at: datetime | None
-    _stalled_since: datetime | None
-    _clock_offset: float | None
-    _next_clock_warning: float
-    _next_housekeeping: float
-    _pruner: Pruner | None
-    _finisher: Finisher | None
-    _vacuumer: Vacuumer | None
+    def __init__(
+        self,
+        config: Config,
+        claimer: Claimer,
+        sender: Sender,
+        *,
+        started_at: datetime,
+    ) -> None:
+        self.config = config
+        self.claimer = claimer
+        self.sender = sender
+        self.started_at = started_at
+        #: The history pruner (made at the first prune).
+        self.pruner: Pruner | None = None
+        #: The ``time.monotonic()`` at which the chores are due next.
+        self.next_due = 0.0
+        #: What a housekeeping pass takes (seconds; the longest lately, decaying): beat
+        #: starts none when a claim taken ahead falls due sooner than twice that.
+        self._cost = 0.0
+        self._clock_offset: float | None = None
+        self._next_clock_warning = 0.0
+        #: The rest of a prune pass, and (PostgreSQL) beat's own vacuum: their threads.
+        self.finisher: Finisher | None = None
+        self.vacuumer: Vacuumer | None = None
 
-    def _publish(self, claimer: Claimer, claims: list[Claim]) -> bool:
-        raise NotImplementedError
+    def due(self, held_wait: float) -> bool:
+        """Return whether the chores run now: they are due, and no held fire (due in
+        ``held_wait`` seconds) is so near that they would hold it up (unless they are a
+        whole period late)."""
+        clock = time.monotonic()
+        if clock < self.next_due:
+            return False
+        return held_wait > 2 * self._cost or self.overdue(clock)
 
-    def _scrub(self, exc: BaseException) -> str:
-        raise NotImplementedError
+    def overdue(self, clock: float) -> bool:
+        """Return whether the chores are a whole heartbeat period late at monotonic
+        ``clock``: then no held fire holds them back any longer."""
+        return clock >= self.next_due + HEARTBEAT_EVERY
 
-    def _redeliverable(self, name: str) -> bool:
-        raise NotImplementedError
+    def run(self, stalled_since: datetime | None) -> bool:
+        """Run the chores: heartbeat, hand back lost deliveries, take over lapsed leases,
+        prune; return whether the broker took the re-published claims. ``stalled_since``:
+        since when due work could not be done (``cronstore health``)."""
+        began = time.monotonic()
+        done = self._run(stalled_since)
+        self._cost = lately(self._cost, time.monotonic() - began)
+        return done
 
-    def _housekeeping(self, claimer: Claimer) -> bool:
-        """Heartbeat, hand back lost deliveries, take over lapsed leases (every few s)."""
-        assert self._started_at is not None
+    def close(self) -> None:
+        """Stop the prune thread and let a vacuum end (at most a few seconds each)."""
+        if self.finisher is not None:
+            self.finisher.stop()
+        if self.vacuumer is not None:
+            self.vacuumer.wait(5.0)  # a VACUUM cannot be stopped half-way: let it end
+
+    def _run(self, stalled_since: datetime | None) -> bool:
+        claimer = self.claimer
         # One statement on PostgreSQL: the heartbeat, and which of the writes below have work.
-        chores = claimer.chores(self._started_at, self._stalled_since, self._clock_offset)
+        chores = claimer.chores(self.started_at, stalled_since, self._clock_offset)
         self._check_clock(chores.now)
-        abandoned = claimer.abandon_silent(self._redeliverable) if chores.silent else 0
+        abandoned = claimer.abandon_silent() if chores.silent else 0
         if abandoned:
             logger.warning(
                 "beat: %d started fire(s) whose worker stopped reporting: recorded abandoned, "
                 "or published again under the same task id where their abandon policy is rerun",
                 abandoned,
             )
-        unstarted = claimer.redeliver_unstarted(self._redeliverable) if chores.unstarted else 0
+        unstarted = claimer.redeliver_unstarted() if chores.unstarted else 0
         if unstarted:
             logger.warning(
                 "beat: %d fire(s) not started %gs after publishing; "
@@ -86,18 +119,18 @@ class Upkeep:
         # Fires handed back (never started, or re-run after their worker went silent) are
         # claims whose lease ran out: the same take-over publishes them again.
         reclaimed = claimer.reclaim_expired() if chores.expired or unstarted or abandoned else []
-        self._next_housekeeping = time.monotonic() + HEARTBEAT_EVERY
-        self._prune(claimer, chores)
+        self.next_due = time.monotonic() + HEARTBEAT_EVERY
+        self._prune(chores)
         if claimer.db.dialect.name == "postgresql" and claimer.db.threads:
-            if self._vacuumer is None:
-                self._vacuumer = Vacuumer(claimer.db, self._scrub)
-            self._vacuumer.look(time.monotonic())
+            if self.vacuumer is None:
+                self.vacuumer = Vacuumer(claimer.db, self.sender.scrub)
+            self.vacuumer.look(time.monotonic())
         if reclaimed:
             logger.warning("beat: re-publishing %d claim(s) whose lease ran out", len(reclaimed))
-            return self._publish(claimer, reclaimed)
+            return self.sender.publish(reclaimed)
         return True
 
-    def _prune(self, claimer: Claimer, chores: Chores) -> None:
+    def _prune(self, chores: idle.Chores) -> None:
         """Delete old fire history (``cronstore_history_days``) in small batches.
 
         Bounded transactions while a pass has work, for at most ``PRUNE_BUDGET`` seconds
@@ -107,16 +140,17 @@ class Upkeep:
         after each pass; no pass while housekeeping's look (database time, oldest fire)
         shows nothing old. A failure is logged and never stops the firing.
         """
-        if self._pruner is None:
-            self._pruner = Pruner(claimer.db)
-        if self._finisher is not None:
-            if self._finisher.running:
+        claimer = self.claimer
+        if self.pruner is None:
+            self.pruner = Pruner(claimer.db)
+        if self.finisher is not None:
+            if self.finisher.running:
                 return
-            self._finisher = None
+            self.finisher = None
         moment = time.monotonic()
         keep = self.config.history
         try:
-            if keep is None or moment < self._pruner.resume_at:
+            if keep is None or moment < self.pruner.resume_at:
                 return
             look = (chores.now, chores.oldest_fire) if chores.looked else None
             now, earliest = (chores.now, chores.earliest) if chores.looked else claimer.peek()
@@ -124,30 +158,16 @@ class Upkeep:
             if earliest is not None:
                 room = (earliest - now).total_seconds() - self.config.claim_ahead
                 budget = max(0.0, min(budget, room - PRUNE_MARGIN))
-            step = self._pruner.pace(keep, moment, look, budget)
-        except SQLAlchemyError as exc:
-            logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
+            step = self.pruner.pace(keep, moment, look, budget)
+        except DATABASE_ERRORS as exc:
+            logger.warning("beat: pruning the fire ledger failed (%s)", self.sender.scrub(exc))
             return
         if step is not None and step.deleted:
             logger.debug("beat: pruned %d old ledger row(s)", step.deleted)
         if step is not None and not step.done and claimer.db.threads:
             # No room before the next fire: the rest of the pass goes on off this thread.
-            self._finisher = Finisher(self._pruner, keep, self._scrub)
-            self._finisher.start()
-
-    def _warn_shared_sqlite(self, store: Store, claimer: Claimer, started_at: datetime) -> None:
-        """Say so at start when another live beat uses the same SQLite file."""
-        now = claimer.heartbeat(started_at)
-        window = 3 * HEARTBEAT_EVERY
-        for other in store.beats():
-            if other.node != self.node and (now - other.last_tick).total_seconds() <= window:
-                logger.warning(
-                    "beat: another beat (%s) uses this SQLite store: several beats on one "
-                    "SQLite file serialize on its write lock, and a frozen one stops them "
-                    "all; HA needs PostgreSQL or MariaDB",
-                    other.node,
-                )
-                return
+            self.finisher = Finisher(self.pruner, keep, self.sender.scrub)
+            self.finisher.start()
 
     def _check_clock(self, db_now: datetime) -> None:
         """Note (and now and then log) how far this host's clock is from the database's."""
@@ -160,3 +180,18 @@ class Upkeep:
                 "deadlines use the database's, but beat wakes at the wrong moment (fix NTP)",
                 offset,
             )
+
+
+def warn_shared_sqlite(store: Store, claimer: Claimer, node: str, started_at: datetime) -> None:
+    """Say so at start when another live beat (not ``node``) uses the same SQLite file."""
+    now = claimer.heartbeat(started_at)
+    window = 3 * HEARTBEAT_EVERY
+    for other in store.beats():
+        if other.node != node and (now - other.last_tick).total_seconds() <= window:
+            logger.warning(
+                "beat: another beat (%s) uses this SQLite store: several beats on one "
+                "SQLite file serialize on its write lock, and a frozen one stops them "
+                "all; HA needs PostgreSQL or MariaDB",
+                other.node,
+            )
+            return

@@ -20,8 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from celery_cronstore.beat.publish import BoundRouter, publish, shorten
+from celery_cronstore.beat.wire import protocol2_body, protocol2_headers
 from celery_cronstore.policy import message_options
-from celery_cronstore.policy.messages import protocol2_headers
 from celery_cronstore.records import Claim
 
 __all__ = ["CONFIRM_WAIT", "Dispatcher"]
@@ -212,7 +212,7 @@ class Dispatcher:
             soft_time_limit=soft_time_limit,
             ignore_result=ignore_result,
         )
-        body = (args or [], kwargs or {}, _EMBED.copy())
+        body = protocol2_body(args, kwargs)
         self._send(task_id, claim.task, headers, body, routed, ignore_result)
 
     def _spec(self, name: str) -> tuple[Any, dict[str, Any]] | None:
@@ -376,10 +376,6 @@ class _Acks:
 
     def covers(self, count: int) -> bool:
         return self.upto >= count
-
-
-#: The canvas part of a protocol-2 body: beat's messages have none.
-_EMBED: dict[str, Any] = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
 
 def _broadcast(queue: Any) -> bool:

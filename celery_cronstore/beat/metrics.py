@@ -18,14 +18,16 @@ from datetime import datetime
 from typing import Any
 
 from celery_cronstore.records import Claim
+from celery_cronstore.states import BEAT_OUTCOMES, FireState
 from celery_cronstore.store import TickResult
 
 __all__ = ["OUTCOMES", "BeatMetrics", "start_metrics"]
 
 logger = logging.getLogger("celery.beat")
 
-#: The outcomes a beat records for the fires it handles (a fixed label set).
-OUTCOMES = ("claimed", "published", "missed", "expired", "dropped", "skipped")
+#: The outcomes a beat records for the fires it handles (a fixed label set; the set is
+#: named in :mod:`celery_cronstore.states`, this name stays for importers).
+OUTCOMES = BEAT_OUTCOMES
 #: Kinds of publish failure (a fixed label set).
 FAILURES = ("broker", "message")
 _TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -94,7 +96,7 @@ class BeatMetrics:
     def published(self, claims: Iterable[Claim], at: datetime) -> None:
         """Count fires published at ``at`` and observe their lateness."""
         for claim in claims:
-            self._fire("published", claim.name)
+            self._fire(FireState.PUBLISHED, claim.name)
             self.lateness.observe(max(0.0, (at - claim.fire_time).total_seconds()))
 
     def failed(self, kind: str, amount: int = 1) -> None:

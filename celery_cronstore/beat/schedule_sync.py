@@ -7,25 +7,25 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from celery_cronstore.errors import CronstoreError, DuplicateTaskError
+from celery_cronstore import fields
+from celery_cronstore.errors import CronstoreError, DuplicateTaskError, StoreUnavailableError
 from celery_cronstore.store import Store
 from celery_cronstore.timers import Timer, parse_timer
 
-__all__ = ["ENTRY_POLICIES", "sync_beat_schedule", "timer_from_entry"]
+__all__ = ["ENTRY_POLICIES", "entry_policies", "sync_beat_schedule", "timer_from_entry"]
 
 logger = logging.getLogger("celery.beat")
 
-#: What an entry's ``"cronstore"`` mapping may set, and the value a key left out means
-#: (the entry describes the task: a key removed from it goes back to its default).
-ENTRY_POLICIES: dict[str, Any] = {
-    "misfire_policy": "run_once",
-    "misfire_limit": 100,
-    "start_deadline": None,
-    "overlap_policy": "allow",
-    "abandon_policy": "leave",
-    "tolerance": None,
-    "max_retries": 0,
-}
+
+def entry_policies() -> dict[str, Any]:
+    """Return what an entry's ``"cronstore"`` mapping may set, and the value a key left
+    out means (the entry describes the task: a key removed from it goes back to its
+    default): the fields of :mod:`celery_cronstore.fields` marked ``entry``, read now."""
+    return {f.name: f.default for f in fields.entry_fields()}
+
+
+#: :func:`entry_policies` as it was at import (kept for callers of this name).
+ENTRY_POLICIES: dict[str, Any] = entry_policies()
 
 
 def _interval(seconds: float, name: str) -> str:
@@ -83,6 +83,8 @@ def sync_beat_schedule(store: Store, app: Any) -> None:
     for name, entry in wanted.items():
         try:
             _sync_entry(store, name, dict(entry), zone)
+        except StoreUnavailableError:
+            raise  # the database, not the entry: beat backs off and syncs again
         except (CronstoreError, ValueError) as exc:
             logger.error("beat: beat_schedule entry %r not stored: %s", name, exc)
     for stale in store.list(source="config"):
@@ -99,13 +101,14 @@ def _policies(name: str, entry: dict[str, Any]) -> dict[str, Any]:
             f"beat_schedule entry {name!r}: 'cronstore' must be a mapping of policies, "
             f"got {type(given).__name__}"
         )
-    unknown = sorted(str(k) for k in given if k not in ENTRY_POLICIES)
+    known = entry_policies()
+    unknown = sorted(str(k) for k in given if k not in known)
     if unknown:
         raise ValueError(
             f"beat_schedule entry {name!r}: unknown 'cronstore' key(s) {', '.join(unknown)} "
-            f"(known: {', '.join(ENTRY_POLICIES)})"
+            f"(known: {', '.join(known)})"
         )
-    return {**ENTRY_POLICIES, **given}
+    return {**known, **given}
 
 
 def _sync_entry(store: Store, name: str, entry: dict[str, Any], zone: str) -> None:

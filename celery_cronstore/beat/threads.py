@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from celery_cronstore.policy.vacuum import (
     LOOK_EVERY,
     WARN_EVERY,
@@ -29,6 +27,7 @@ from celery_cronstore.policy.vacuum import (
     to_vacuum,
 )
 from celery_cronstore.store.db import Database
+from celery_cronstore.store.engine import DATABASE_ERRORS
 from celery_cronstore.store.retention import Pruner
 from celery_cronstore.store.vacuum import table_stats, vacuum
 
@@ -95,7 +94,7 @@ class Finisher(_Background):
                 if step.done:
                     break
                 self._stop.wait(REST * (time.monotonic() - began))
-        except SQLAlchemyError as exc:
+        except DATABASE_ERRORS as exc:
             logger.warning("beat: pruning the fire ledger failed (%s)", self._scrub(exc))
         logger.debug("beat: the prune thread deleted %d old ledger row(s)", self.deleted)
 
@@ -138,7 +137,7 @@ class Vacuumer(_Background):
                     dead[table],
                     time.monotonic() - began,
                 )
-        except SQLAlchemyError as exc:
+        except DATABASE_ERRORS as exc:
             logger.warning("beat: vacuuming the store's tables failed (%s)", self._scrub(exc))
 
     def _warn(self, tables: list[TableStats], moment: float) -> None:

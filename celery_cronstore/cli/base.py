@@ -19,7 +19,6 @@ from typing import Any
 
 import click
 from celery.bin.base import CeleryCommand, CLIContext
-from sqlalchemy.exc import SQLAlchemyError
 
 from celery_cronstore.errors import (
     CronstoreError,
@@ -117,15 +116,15 @@ def _describe(exc: BaseException) -> tuple[str, int]:
         return str(exc), EXIT_FAILED
     if isinstance(exc, SchemaVersionError):
         return str(exc), EXIT_FAILED
-    if isinstance(exc, CronstoreError):
+    if isinstance(exc, CronstoreError):  # StoreUnavailableError: the database is away
         return str(exc), EXIT_FAILED
     if isinstance(exc, ValueError):
         return str(exc), EXIT_BAD_INPUT
-    if isinstance(exc, SQLAlchemyError):
+    module = type(exc).__module__.split(".")[0]
+    if module == "sqlalchemy":  # one the store leaves as is (a permission refused, ...)
         orig = getattr(exc, "orig", None)
         text = str(orig if orig is not None else exc).strip().splitlines()
         return f"database error: {text[0] if text else type(exc).__name__}", EXIT_FAILED
-    module = type(exc).__module__.split(".")[0]
     if module in ("kombu", "amqp", "redis", "socket") or isinstance(exc, OSError):
         return f"broker or network error: {exc}", EXIT_FAILED
     return f"unexpected {type(exc).__name__}: {exc}", EXIT_FAILED

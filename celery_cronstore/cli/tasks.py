@@ -5,32 +5,38 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from celery_cronstore import fields
 from celery_cronstore.cli.base import (
     BadInputError,
     Command,
     emit_json,
     fmt_time,
-    get_app,
     get_settings,
     get_store,
     table,
     to_json,
 )
 from celery_cronstore.cli.group import cronstore
-from celery_cronstore.config import Config
-from celery_cronstore.records import ABANDON_POLICIES, MISFIRE_POLICIES, OVERLAP_POLICIES
-from celery_cronstore.store import PeriodicTask, Store
-from celery_cronstore.timers import KINDS, parse_timer
+from celery_cronstore.store import PeriodicTask
 
-__all__ = ["add", "disable", "edit", "enable", "list_", "remove", "remove_owned_by", "show"]
-
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = [
+    "add",
+    "definition_options",
+    "disable",
+    "edit",
+    "enable",
+    "list_",
+    "remove",
+    "remove_owned_by",
+    "show",
+]
 
 if TYPE_CHECKING:
     _ParamType = click.ParamType[Any]
@@ -55,85 +61,94 @@ class OwnerType(_ParamType):
         return (owner_type, owner_id)
 
 
-class JsonType(_ParamType):
-    """A JSON document of one top-level type (``list`` or ``dict``)."""
+#: What an empty value of an optional field converts to: "set it to None" (``edit
+#: --tolerance ''``), unlike an option not given at all (``None``).
+CLEAR = object()
 
-    def __init__(self, want: type) -> None:
-        self.want = want
-        self.name = "JSON array" if want is list else "JSON object"
+
+class FieldType(_ParamType):
+    """The value of one field of :mod:`celery_cronstore.fields`, parsed and checked there
+    (so a bad value gets the message every other window gives)."""
+
+    def __init__(self, spec: fields.Field) -> None:
+        self.spec = spec
+        self.name = spec.metavar
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, self.want):
-            return value
         try:
-            parsed = json.loads(value)
+            if not isinstance(value, str):
+                return self.spec.check(value)
+            parsed = self.spec.parse(value)
         except ValueError as exc:
-            self.fail(f"not valid JSON ({exc}): {value!r}", param, ctx)
-        if not isinstance(parsed, self.want):
-            self.fail(f"must be a {self.name}, got {value!r}", param, ctx)
-        return parsed
+            self.fail(str(exc), param, ctx)
+        return CLEAR if parsed is None else parsed
 
 
 OWNER = OwnerType()
-JSON_LIST = JsonType(list)
-JSON_DICT = JsonType(dict)
 
 
-def _definition_options(*, edit: bool) -> Callable[[F], F]:
-    """The options ``add`` and ``edit`` share (all optional for ``edit``)."""
-    options = [
-        click.option("--task", "task", required=not edit, help="Celery task name to send."),
-        click.option("--timer", required=not edit, help="Timer expression."),
-        click.option("--kind", type=click.Choice(KINDS), help="Timer kind (detected if omitted)."),
-        click.option(
-            "--tz",
-            help="Time zone the timer is read in (default: cronstore_default_tz, else the "
-            "app's timezone, else UTC).",
-        ),
-        click.option("--args", "args_", type=JSON_LIST, help="Positional arguments (JSON array)."),
-        click.option("--kwargs", "kwargs_", type=JSON_DICT, help="Keyword arguments (JSON)."),
-        click.option("--queue", help="Queue to send to (the task's options.queue)."),
-        click.option("--owner", type=OWNER, help="Owner as TYPE:ID."),
-        click.option("--description", help="Free text shown by `show`."),
-        click.option("--misfire-policy", type=click.Choice(MISFIRE_POLICIES)),
-        click.option(
-            "--start-deadline", type=click.FloatRange(min=0), help="Seconds late a fire may start."
-        ),
-        click.option("--overlap-policy", type=click.Choice(OVERLAP_POLICIES)),
-        click.option(
-            "--abandon-policy",
-            type=click.Choice(ABANDON_POLICIES),
-            help="A started fire whose worker went silent: leave it abandoned (default), or "
-            "rerun it once under the same task id.",
-        ),
-        click.option(
-            "--force",
+def definition_options(*, edit: bool) -> list[click.Option]:
+    """Return the options ``add`` (``edit``: all optional) builds from the field table.
+
+    Read at call time (the commands call it for every invocation and ``--help``): a field
+    added to :mod:`celery_cronstore.fields` is an option here too.
+    """
+    options: list[click.Option] = []
+    for spec in fields.table():
+        if spec.name in ("name", "enabled"):
+            continue
+        options.append(
+            click.Option(
+                [spec.flag, spec.name],
+                type=FieldType(spec),
+                metavar=spec.metavar,
+                required=spec.required and not edit,
+                help=spec.help,
+            )
+        )
+        if spec.name == "options":
+            options.append(
+                click.Option(["--queue"], help="Queue to send to (the task's options.queue).")
+            )
+    options.append(
+        click.Option(
+            ["--force"],
             is_flag=True,
             help="Store it even if beat would refuse it (a task this app does not register, "
             "a one-off instant already past).",
-        ),
-    ]
+        )
+    )
     if edit:
         options.append(
-            click.option("--enabled/--disabled", "enabled", default=None, help="Enable/disable.")
+            click.Option(["--enabled/--disabled", "enabled"], default=None, help="Enable/disable.")
         )
     else:
-        options.append(click.option("--disabled", is_flag=True, help="Add it disabled."))
+        options.append(click.Option(["--disabled"], is_flag=True, help="Add it disabled."))
+    return options
 
-    def decorate(fn: F) -> F:
-        for option in reversed(options):
-            fn = option(fn)
-        return fn
 
-    return decorate
+class DefinitionCommand(Command):
+    """``add`` or ``edit``: its options come from the field table when it runs."""
+
+    params: list[click.Parameter]
+
+    def __init__(self, *args: Any, edit: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.edit = edit
+        fixed: list[click.Parameter] = list(self.params)
+        self.fixed = fixed
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        self.params = [*self.fixed, *definition_options(edit=self.edit)]
+        params: list[click.Parameter] = super().get_params(ctx)
+        return params
 
 
 def _changes(values: dict[str, Any]) -> dict[str, Any]:
-    """Map the shared options to :meth:`Store.add`/``update`` keywords (only those given)."""
-    renamed = {"args_": "args", "kwargs_": "kwargs"}
+    """Map the field options to :meth:`Store.add`/``update`` keywords (only those given)."""
     skip = {"queue", "disabled", "force"}
     return {
-        renamed.get(key, key): value
+        key: None if value is CLEAR else value
         for key, value in values.items()
         if value is not None and key not in skip
     }
@@ -208,58 +223,48 @@ def show(ctx: click.Context, name: str) -> None:
             click.echo(f"{'last reason:':<17}{status.reason}")
 
 
-@cronstore.command(cls=Command)
+@cronstore.command(cls=DefinitionCommand)
 @click.argument("name")
-@_definition_options(edit=False)
 @click.pass_context
-def add(ctx: click.Context, /, name: str, queue: str | None, disabled: bool, **values: Any) -> None:
+def add(ctx: click.Context, /, name: str, **values: Any) -> None:
     """Add a periodic task (the timer is validated before anything is written)."""
     store = get_store(ctx)
+    queue, disabled = values.pop("queue", None), values.pop("disabled", False)
     changes = _changes(values)
-    if not values.get("force"):
-        _refuse_surprises(ctx, store, changes)
     if queue is not None:
-        changes["options"] = {"queue": queue}
-    record = store.add(name, enabled=not disabled, source="cli", **changes)
+        changes["options"] = {**changes.get("options", {}), "queue": queue}
+    with _forceable():
+        record = store.add(
+            name, enabled=not disabled, source="cli", force=bool(values.get("force")), **changes
+        )
     _report(ctx, "added", record)
 
 
-@cronstore.command(cls=Command)
+@cronstore.command(cls=DefinitionCommand, edit=True)
 @click.argument("name")
-@_definition_options(edit=True)
 @click.pass_context
-def edit(ctx: click.Context, /, name: str, queue: str | None, **values: Any) -> None:
+def edit(ctx: click.Context, /, name: str, **values: Any) -> None:
     """Change fields of a periodic task (only the options given)."""
     store = get_store(ctx)
+    queue = values.pop("queue", None)
     changes = _changes(values)
-    if not values.get("force"):
-        _refuse_surprises(ctx, store, changes)
     if queue is not None:
-        changes["options"] = {**store.get(name).options, "queue": queue}
+        base = changes.get("options", store.get(name).options)
+        changes["options"] = {**base, "queue": queue}
     if not changes:
         raise BadInputError("nothing to change: give at least one option")
-    _report(ctx, "updated", store.update(name, **changes))
+    with _forceable():
+        record = store.update(name, force=bool(values.get("force")), **changes)
+    _report(ctx, "updated", record)
 
 
-def _refuse_surprises(ctx: click.Context, store: Store, changes: dict[str, Any]) -> None:
-    """Refuse what the store would take but beat would not run as the user expects."""
-    app = get_app(ctx)
-    task = changes.get("task")
-    if task is not None and Config.from_app(app).require_registered and task not in app.tasks:
-        raise BadInputError(
-            f"task {task!r} is not registered in app {app.main!r}: beat would put the row in "
-            "error. Import the task's module in the app (or fix the name), or give --force"
-        )
-    if changes.get("timer") is None:
-        return
-    timer = parse_timer(
-        changes["timer"], kind=changes.get("kind"), tz=changes.get("tz") or store.default_tz
-    )
-    if timer.kind == "once" and timer.next_after(store.now()) is None:
-        raise BadInputError(
-            f"the one-off instant {timer} is already past: it would fire at once, late. "
-            "Give a future instant, or --force"
-        )
+@contextmanager
+def _forceable() -> Iterator[None]:
+    """Turn a refusal ``--force`` overrides into bad input that says so."""
+    try:
+        yield
+    except fields.ForceableError as exc:
+        raise BadInputError(f"{exc}, or give --force") from None
 
 
 def _report(ctx: click.Context, verb: str, record: PeriodicTask) -> None:

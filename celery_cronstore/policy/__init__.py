@@ -2,8 +2,9 @@
 
 ``timers`` says *when*; this package says *what happens to a fire* (task ids, the backlog
 walk and the misfire choice, overlap, starting deadlines, the start decision of the
-worker's guard, what becomes of a fire whose worker went silent, the message rules and
-the allowlist); ``store`` records what it decides; the Celery layer sends and runs it.
+worker's guard, what becomes of a fire whose worker went silent, of a claim whose lease
+lapsed and of a published fire that never started, the message rules and the
+allowlist); ``store`` records what it decides; the Celery layer sends and runs it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,16 @@ from celery_cronstore.policy.abandon import (
     killed_run_age,
 )
 from celery_cronstore.policy.backlog import WALK_LIMIT, Backlog, backlog, choose
+from celery_cronstore.policy.edit import (
+    REPLAN_FIELDS,
+    EditPlan,
+    edit_plan,
+    first_plan,
+    readable_timer,
+    replans,
+    unclaimed,
+)
 from celery_cronstore.policy.fires import (
-    BEAT_IN_FLIGHT,
     Entry,
     Plan,
     RowUpdate,
@@ -30,6 +39,7 @@ from celery_cronstore.policy.fires import (
     missed_entry,
     plan,
     plan_past,
+    resume_point,
 )
 from celery_cronstore.policy.health import CLOCK_WARN, CLOCK_WARN_EVERY, beat_health
 from celery_cronstore.policy.messages import (
@@ -44,6 +54,13 @@ from celery_cronstore.policy.messages import (
     option_problems,
     send_refusal,
 )
+from celery_cronstore.policy.redelivery import (
+    RedeliveryDecision,
+    RedeliverySnapshot,
+    decide_redelivery,
+    handed_back_lease,
+    start_lease,
+)
 from celery_cronstore.policy.start import (
     FINISH_STATES,
     STARTABLE,
@@ -54,11 +71,15 @@ from celery_cronstore.policy.start import (
     decide_start,
     lost_reason,
 )
+from celery_cronstore.policy.takeover import (
+    TakeOverDecision,
+    TakeOverSnapshot,
+    decide_take_over,
+)
 from celery_cronstore.policy.timing import interval_after, stray_next_run, timer_of
 
 __all__ = [
     "ABANDONED",
-    "BEAT_IN_FLIGHT",
     "CLOCK_WARN",
     "CLOCK_WARN_EVERY",
     "FINISH_STATES",
@@ -69,6 +90,7 @@ __all__ = [
     "MAX_RERUNS",
     "MESSAGE_SERIALIZER",
     "OPTION_KEYS",
+    "REPLAN_FIELDS",
     "RESERVED_HEADERS",
     "STARTABLE",
     "WALK_LIMIT",
@@ -76,12 +98,17 @@ __all__ = [
     "AbandonDecision",
     "AbandonSnapshot",
     "Backlog",
+    "EditPlan",
     "Entry",
     "Plan",
+    "RedeliveryDecision",
+    "RedeliverySnapshot",
     "RowUpdate",
     "Running",
     "StartDecision",
     "StartSnapshot",
+    "TakeOverDecision",
+    "TakeOverSnapshot",
     "abandoned_reason",
     "allowed",
     "backlog",
@@ -89,8 +116,13 @@ __all__ = [
     "choose",
     "deadline",
     "decide_abandoned",
+    "decide_redelivery",
     "decide_start",
+    "decide_take_over",
+    "edit_plan",
     "fire_task_id",
+    "first_plan",
+    "handed_back_lease",
     "interval_after",
     "killed_run_age",
     "lost_reason",
@@ -100,7 +132,12 @@ __all__ = [
     "option_problems",
     "plan",
     "plan_past",
+    "readable_timer",
+    "replans",
+    "resume_point",
     "send_refusal",
+    "start_lease",
     "stray_next_run",
     "timer_of",
+    "unclaimed",
 ]

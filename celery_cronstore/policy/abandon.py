@@ -2,7 +2,7 @@
 
 Pure: :func:`decide_abandoned` takes an :class:`AbandonSnapshot` (what beat read about
 one fire whose liveness lease ran out) and returns an :class:`AbandonDecision`. Beat
-(``store.leases.LeaseKeeper.abandon_silent``) writes it in the same transaction: a fire
+(``store.inflight.InFlight.abandon_silent``) writes it in the same transaction: a fire
 left is recorded ``abandoned`` with the reason; a fire re-run is handed back (state
 ``claimed``, lease run out, ``reruns`` + 1) and published again under the same task id
 by the path that re-publishes lapsed claims.

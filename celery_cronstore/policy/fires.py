@@ -18,10 +18,10 @@ from celery_cronstore.errors import TimerError
 from celery_cronstore.policy.backlog import backlog, choose
 from celery_cronstore.policy.timing import interval_after
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
+from celery_cronstore.states import FireState
 from celery_cronstore.timers import Timer
 
 __all__ = [
-    "BEAT_IN_FLIGHT",
     "Entry",
     "Plan",
     "RowUpdate",
@@ -31,6 +31,7 @@ __all__ = [
     "missed_entry",
     "plan",
     "plan_past",
+    "resume_point",
 ]
 
 #: Namespace of the deterministic Celery task ids (uuid5 of task identity + fire time).
@@ -47,9 +48,6 @@ PAST_STEPS = tuple(
         {"days": 366},
     )
 )
-#: Ledger states that make beat's overlap policy ``skip`` hold back a new fire: claimed
-#: (about to be published) or running on a worker.
-BEAT_IN_FLIGHT = ("claimed", "started", "retrying")
 
 #: (fire time, state) of the newest fire of a task that is still in flight.
 Running = tuple[datetime, str]
@@ -122,7 +120,7 @@ def missed_entry(
         fire_until=last if last != first else None,
         fire_count=count,
         task_id=fire_task_id(task.id, task.name, first),
-        state="missed",
+        state=FireState.MISSED,
         claimed_by=node,
         attempts=0,
         reason=(
@@ -179,11 +177,7 @@ def plan(
     if task.next_run is None or task.next_run == EPOCH:
         # Added or re-timed by raw SQL: plan only, nothing was due yet.
         return Plan(RowUpdate(next_run=timer.first_fire(now, task.last_fire)))
-    start: datetime | None = task.next_run
-    if task.last_fire is not None and task.next_run <= task.last_fire:
-        # That point is accounted for already (next_run moved back by hand, a one-off
-        # instant planned again): go on from the newest recorded fire.
-        start = timer.next_after(task.last_fire)
+    start = resume_point(task.next_run, task.last_fire, timer)
     if start is None:
         return Plan(RowUpdate(next_run=None))
     limit = max(task.misfire_limit, 1)
@@ -207,7 +201,7 @@ def plan(
             periodic_task_id=task.id,
             fire_time=when,
             task_id=fire_task_id(task.id, task.name, when),
-            state="claimed",
+            state=FireState.CLAIMED,
             claimed_by=node,
             lease_until=now + lease,
             claimed_at=now,
@@ -217,7 +211,7 @@ def plan(
             entries.append(
                 _refused(
                     claimed,
-                    "expired",
+                    FireState.EXPIRED,
                     f"not published: {late.total_seconds():.1f}s late, past the starting "
                     f"deadline of {task.start_deadline:g}s",
                 )
@@ -226,7 +220,7 @@ def plan(
             entries.append(
                 _refused(
                     claimed,
-                    "skipped",
+                    FireState.SKIPPED,
                     f"not published: fire {held[0].isoformat()} is still {held[1]} "
                     "(overlap policy skip)",
                 )
@@ -236,6 +230,18 @@ def plan(
             claims.append(make_claim(task, when, claimed.task_id, claimed.attempts, timer))
     update = RowUpdate(next_run=walk.following, last_fire=walk.tail[-1], runs=len(claims))
     return Plan(update, entries, claims)
+
+
+def resume_point(next_run: datetime, last_fire: datetime | None, timer: Timer) -> datetime | None:
+    """Return the first grid point from ``next_run`` on that is not in the ledger yet.
+
+    ``next_run`` itself, unless it is at or before ``last_fire``: that point is accounted
+    for already (``next_run`` moved back by hand, a one-off instant planned again), so go
+    on from the newest recorded fire. ``None``: the timer fires no more.
+    """
+    if last_fire is not None and next_run <= last_fire:
+        return timer.next_after(last_fire)
+    return next_run
 
 
 def plan_past(
@@ -269,7 +275,7 @@ def plan_past(
             periodic_task_id=task.id,
             fire_time=due,
             task_id=task_id,
-            state="claimed",
+            state=FireState.CLAIMED,
             reason=f"the timer could not answer after this fire ({error}); next plan "
             f"{following.isoformat()}",
             claimed_by=node,

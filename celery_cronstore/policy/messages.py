@@ -1,7 +1,8 @@
 """What a Celery message beat sends may carry, and which tasks beat may send at all.
 
 Pure: the header names, the options a row may set (and why one is refused), the only
-serializer, the allowlist, and the time box of a guarded run.
+serializer, the allowlist, and the time box of a guarded run. How Celery's protocol 2
+lays the message out is :mod:`celery_cronstore.beat.wire`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ __all__ = [
     "allowed",
     "message_options",
     "option_problems",
-    "protocol2_headers",
     "send_refusal",
 ]
 
@@ -242,45 +242,3 @@ def message_options(claim: Claim, *, guarded: bool) -> dict[str, Any]:
         # the row chose its own soft limit (never before that soft limit, though).
         options.setdefault("time_limit", max(claim.interval, float(soft) + 1))
     return options
-
-
-def protocol2_headers(
-    *,
-    task_id: str,
-    name: str,
-    argsrepr: str,
-    kwargsrepr: str,
-    origin: str,
-    expires: str | None,
-    time_limit: float | None,
-    soft_time_limit: float | None,
-    ignore_result: bool | None,
-    shadow: str | None = None,
-) -> dict[str, Any]:
-    """Return the headers Celery's protocol 2 gives a message beat sends (no eta, no
-    parent, no group, no canvas), before the message's own option headers go on top.
-
-    The same keys and values as ``celery.app.amqp.AMQP.as_task_v2`` (Celery 5.7): a
-    periodic fire is its own root, and stamps are empty. ``expires`` is already ISO 8601.
-    """
-    return {
-        "lang": "py",
-        "task": name,
-        "id": task_id,
-        "shadow": shadow,
-        "eta": None,
-        "expires": expires,
-        "group": None,
-        "group_index": None,
-        "retries": 0,
-        "timelimit": [time_limit, soft_time_limit],
-        "root_id": task_id,
-        "parent_id": None,
-        "argsrepr": argsrepr,
-        "kwargsrepr": kwargsrepr,
-        "origin": origin,
-        "ignore_result": ignore_result,
-        "replaced_task_nesting": 0,
-        "stamped_headers": None,
-        "stamps": {},
-    }

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery_cronstore.states import IN_FLIGHT, FireState
+
 __all__ = [
     "IN_FLIGHT",
     "Candidate",
@@ -40,9 +42,6 @@ __all__ = [
     "worth_a_pass",
 ]
 
-#: States of a fire some process still acts on; never pruned (``published`` only with a
-#: start lease, see :func:`keep_reason`).
-IN_FLIGHT = ("claimed", "started", "retrying")
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 _AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", re.IGNORECASE)
@@ -121,7 +120,7 @@ def keep_reason(row: Candidate, cutoff: datetime | None, task: TaskLedger | None
     """
     if cutoff is None or row.fire_time >= cutoff:
         return "recent"
-    if row.state in IN_FLIGHT or (row.state == "published" and row.leased):
+    if row.state in IN_FLIGHT or (row.state == FireState.PUBLISHED and row.leased):
         return "in flight"
     if task is None or row.fire_time >= task.newest:
         return "newest"

@@ -29,6 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery_cronstore.states import (
+    FINISH_STATES,
+    REFUSALS,
+    STARTABLE,
+    WORKER_RUNNING,
+    FireState,
+)
+
 __all__ = [
     "FINISH_STATES",
     "STARTABLE",
@@ -39,15 +47,6 @@ __all__ = [
     "decide_start",
     "lost_reason",
 ]
-
-#: Ledger states of a fire that was claimed or published but has not started.
-STARTABLE = ("claimed", "published")
-#: Ledger states of a fire in progress on a worker (blocks overlap ``skip`` at start).
-WORKER_RUNNING = ("started", "retrying")
-#: Ledger states a started fire may end in (``retrying`` waits for the retry message).
-FINISH_STATES = ("succeeded", "failed", "timed_out", "retrying")
-#: Refusals written to the fire's ledger row (``duplicate`` belongs to the first delivery).
-RECORDED = ("dropped", "skipped", "expired")
 
 
 @dataclass(frozen=True)
@@ -91,12 +90,12 @@ class StartDecision:
     @property
     def started(self) -> bool:
         """Whether the body may run."""
-        return self.outcome in ("started", "retry")
+        return self.outcome in (FireState.STARTED, "retry")
 
     @property
     def recorded(self) -> bool:
         """Whether the refusal belongs in the fire's ledger row."""
-        return self.outcome in RECORDED
+        return self.outcome in REFUSALS
 
 
 def lost_reason(publishes: int, start_timeout: float) -> str:
@@ -118,19 +117,19 @@ def deadline(start: datetime, interval: float | None) -> datetime | None:
 
 def decide_start(snap: StartSnapshot) -> StartDecision:
     """Decide whether the delivery in ``snap`` starts (see the module docstring)."""
-    if snap.retries > 0 and snap.state == "retrying":
+    if snap.retries > 0 and snap.state == FireState.RETRYING:
         return StartDecision("retry")
     if snap.state not in STARTABLE:
         return StartDecision(
             "duplicate", f"duplicate delivery: fire {snap.task_id} is already {snap.state}"
         )
     if not snap.enabled:
-        return StartDecision("dropped", "periodic task is disabled")
+        return StartDecision(FireState.DROPPED, "periodic task is disabled")
     if snap.start_deadline is not None:
         late = (snap.now - snap.fire_time).total_seconds()
         if late > float(snap.start_deadline):
             return StartDecision(
-                "expired",
+                FireState.EXPIRED,
                 f"not started: {late:.1f}s late, past the starting deadline of "
                 f"{float(snap.start_deadline):g}s",
             )
@@ -138,7 +137,7 @@ def decide_start(snap: StartSnapshot) -> StartDecision:
         running = snap.running()
         if running is not None:
             return StartDecision(
-                "skipped",
+                FireState.SKIPPED,
                 f"not started: fire {running[0].isoformat()} is still {running[1]} "
                 "(overlap policy skip)",
             )
@@ -148,12 +147,12 @@ def decide_start(snap: StartSnapshot) -> StartDecision:
         # later fire already ran: running it now would also push the next on-time fire
         # out as "early".
         return StartDecision(
-            "dropped", f"superseded: the later fire {later.isoformat()} already started"
+            FireState.DROPPED, f"superseded: the later fire {later.isoformat()} already started"
         )
     early = _early(snap)
     if early is not None:
-        return StartDecision("dropped", early)
-    return StartDecision("started")
+        return StartDecision(FireState.DROPPED, early)
+    return StartDecision(FireState.STARTED)
 
 
 def _early(snap: StartSnapshot) -> str | None:

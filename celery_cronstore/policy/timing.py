@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
+from typing import Any
 
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.timers import Timer, parse_timer
@@ -67,7 +68,15 @@ def _memo(kind: str, expression: str, tz: str) -> Timer:
 
 
 class _Memo(Timer):
-    """A timer whose ``next_after`` answers are memoized (timers are pure)."""
+    """A timer that answers exactly as the one it wraps, its ``next_after`` memoized.
+
+    Every public method of :class:`Timer` is delegated, none inherited: the base class's
+    generic versions (a search for ``last_at_or_before``, a bounded walk for
+    ``count_between``) would hide the inner timer's arithmetic, and an interval's exact
+    count of a long backlog became an estimate "about" it. Attributes beyond the contract
+    (``matches``, ``period``, ``at``...) are forwarded too. Only ``next_after`` is
+    memoized: it is what many rows due at one instant ask.
+    """
 
     def __init__(self, timer: Timer) -> None:
         self.inner = timer
@@ -81,8 +90,28 @@ class _Memo(Timer):
     def first_fire(self, now: datetime, last_fire: datetime | None = None) -> datetime | None:
         return self.inner.first_fire(now, last_fire)
 
+    def last_at_or_before(self, instant: datetime) -> datetime | None:
+        return self.inner.last_at_or_before(instant)
+
+    def count_between(self, after: datetime, until: datetime, *, limit: int) -> int | None:
+        return self.inner.count_between(after, until, limit=limit)
+
     def __str__(self) -> str:
         return str(self.inner)
 
     def describe(self) -> str:
         return self.inner.describe()
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for names the wrapper lacks. Private names are refused so that
+        # copy and pickle, which probe for hooks before ``inner`` exists, do not recurse.
+        if name.startswith("_") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The memo (an lru_cache of a bound method) cannot be pickled: rebuild it.
+        return (_memo, (self.kind, str(self.inner), self.tz_name))

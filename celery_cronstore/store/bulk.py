@@ -16,6 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from celery_cronstore.store.engine import driver_error
+
 __all__ = ["columns", "insert", "set_based", "unnest"]
 
 
@@ -77,4 +79,4 @@ def _copy(
             for row in rows:
                 copy.write_row([row[n] if f is None else f(row[n]) for n, f in pairs])
     except psycopg.Error as exc:  # as SQLAlchemy would have raised it
-        raise sa.exc.DBAPIError.instance(sql, None, exc, psycopg.Error) from exc
+        raise driver_error(conn.engine, sql, None, exc) from exc

@@ -12,21 +12,29 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.engine import URL, Engine, ExceptionContext, make_url
+from sqlalchemy.pool import PoolProxiedConnection, QueuePool, StaticPool
 
-from celery_cronstore.errors import StoreError
-from celery_cronstore.urls import driver_hint, url_problem
+from celery_cronstore.errors import StoreError, StoreUnavailableError
+from celery_cronstore.store.urls import driver_hint, url_problem
 
 __all__ = [
+    "DATABASE_ERRORS",
     "WRITE_OPTION",
     "Dialect",
     "as_utc",
     "create_store_engine",
     "db_now",
+    "driver_error",
     "now_expression",
     "redact",
+    "unavailable",
 ]
+
+#: What a database failure may raise out of the store: its own unavailable error, or a
+#: SQLAlchemy error it does not translate (a data or SQL error the engine met). Beat backs
+#: off and retries on any of them, as on an outage, without importing SQLAlchemy itself.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (StoreUnavailableError, sa.exc.SQLAlchemyError)
 
 #: Execution option marking a transaction that writes (SQLite: ``BEGIN IMMEDIATE``).
 WRITE_OPTION = "cronstore_write"
@@ -66,6 +74,8 @@ def create_store_engine(
     if problem is not None:
         raise StoreError(problem)
     parsed = make_url(url)
+    if "pool" not in options and "poolclass" not in options and _queue_pooled(parsed):
+        options["poolclass"] = _pool_class(parsed)
     if parsed.get_backend_name() != "sqlite":
         options.setdefault("pool_pre_ping", True)
         engine = _create(parsed, url, options)
@@ -107,11 +117,103 @@ _PG_LIMITS = ("idle_in_transaction_session_timeout", "lock_timeout", "statement_
 
 
 def _create(parsed: URL, url: str, options: dict[str, Any]) -> Engine:
-    """``sqlalchemy.create_engine``, with a missing driver said in one line with its fix."""
+    """``sqlalchemy.create_engine``, with a missing driver said in one line with its fix,
+    and database failures raised as :class:`StoreUnavailableError`."""
     try:
-        return sa.create_engine(parsed, **options)
+        engine = sa.create_engine(parsed, **options)
     except ImportError as exc:
         raise StoreError(driver_hint(exc, str(url))) from None
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: ExceptionContext) -> BaseException | None:
+        # A failed pre-ping must stay SQLAlchemy's: the pool reconnects on it.
+        if context.is_pre_ping or not _translated(context.sqlalchemy_exception):
+            return None
+        # No connection: it failed to open.
+        unreachable = context.is_disconnect or context.connection is None
+        return unavailable(engine.url, context.original_exception, unreachable=unreachable)
+
+    return engine
+
+
+def _translated(error: BaseException | None) -> bool:
+    """Whether a SQLAlchemy error becomes :class:`StoreUnavailableError`: the database
+    cannot serve (refused or lost connection, a lock or statement timeout, a read-only or
+    locked database: ``OperationalError``, ``InterfaceError``) or refuses the user access.
+
+    Not the others: SQLAlchemy itself catches some (MySQL's "no such table" while it
+    reflects), the store others (a constraint violation is a duplicate name, or a fire
+    already in the ledger).
+    """
+    if isinstance(error, _UNAVAILABLE):
+        return True
+    orig = getattr(error, "orig", None)
+    return isinstance(error, sa.exc.DBAPIError) and getattr(orig, "sqlstate", None) in _STATES
+
+
+#: Driver errors that mean the database cannot serve now, not that the statement is wrong.
+_UNAVAILABLE = (sa.exc.OperationalError, sa.exc.InterfaceError)
+#: PostgreSQL SQLSTATEs psycopg raises as other classes: a missing grant (42501, a
+#: ProgrammingError; MySQL and MariaDB say it with an OperationalError) and a session
+#: cut off by ``idle_in_transaction_session_timeout`` (25P03, an InternalError).
+_STATES = frozenset({"42501", "25P03"})
+
+
+def unavailable(
+    url: URL, exc: BaseException, *, unreachable: bool = False
+) -> StoreUnavailableError:
+    """Return the store's error for database failure ``exc`` on ``url``.
+
+    The message has the URL without its password and the driver's first line (with the
+    password scrubbed too, should a driver quote it).
+    """
+    text = str(exc)
+    if isinstance(exc, sa.exc.SQLAlchemyError) and exc.args and isinstance(exc.args[0], str):
+        text = exc.args[0]  # without the link to SQLAlchemy's error pages
+    lines = text.strip().splitlines()
+    reason = lines[0].strip() if lines else type(exc).__name__
+    if url.password:
+        reason = reason.replace(str(url.password), "***")
+    return StoreUnavailableError(redact(url), reason, unreachable=unreachable)
+
+
+def driver_error(
+    engine: Engine, statement: str, params: Any, exc: Exception, *, opening: bool = False
+) -> Exception:
+    """Return the error to raise for driver error ``exc`` on a DBAPI connection of
+    ``engine`` the store drives itself (not through a ``Connection``), as the engine's
+    own would be: :class:`StoreUnavailableError` (unreachable when the connection was
+    ``opening`` or was lost), or SQLAlchemy's ``IntegrityError`` for the caller."""
+    dialect = engine.dialect
+    error = sa.exc.DBAPIError.instance(statement, params, exc, dialect.loaded_dbapi.Error)
+    if not _translated(error):
+        return error
+    driver: Any = exc  # one of the driver's errors (``error`` wraps it)
+    unreachable = opening or dialect.is_disconnect(driver, None, None)
+    return unavailable(engine.url, exc, unreachable=unreachable)
+
+
+def _queue_pooled(url: URL) -> bool:
+    """Return whether SQLAlchemy would pool ``url``'s connections in a ``QueuePool``."""
+    try:
+        dialect: Any = url.get_dialect()  # the class: DefaultDialect's classmethod answers
+        return bool(dialect.get_pool_class(url) is QueuePool)
+    except Exception:  # an unknown dialect: create_engine says so, in its own words
+        return False
+
+
+def _pool_class(url: URL) -> type[QueuePool]:
+    """Return a ``QueuePool`` that raises :class:`StoreUnavailableError` when no
+    connection is free in time (``pool_timeout``), on every checkout of the engine."""
+
+    class Pool(QueuePool):
+        def connect(self) -> PoolProxiedConnection:
+            try:
+                return super().connect()
+            except sa.exc.TimeoutError as exc:
+                raise unavailable(url, exc) from exc
+
+    return Pool
 
 
 def _limit_sessions(engine: Engine, seconds: float) -> None:

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from celery_cronstore.store import leases
-from celery_cronstore.store.engine import as_utc
+from celery_cronstore.store.engine import as_utc, driver_error
 from celery_cronstore.store.schema import beat, fire, periodic_task
 
 __all__ = [
@@ -66,8 +66,10 @@ class HeldConnection:
     def one(self, sql: str, params: dict[str, Any] | None = None) -> tuple[Any, ...]:
         """Run ``sql`` and return its one row; on any error close the connection, re-raise.
 
-        Driver errors come back as SQLAlchemy's ``DBAPIError``, as from an engine.
+        Driver errors come back as from the store's engines: :class:`StoreUnavailableError`
+        when the database cannot serve, else SQLAlchemy's ``DBAPIError``.
         """
+        opening = self._raw is None
         try:
             if self._raw is None:
                 self._raw = self._open()
@@ -79,9 +81,7 @@ class HeldConnection:
                 cursor.close()
         except self.engine.dialect.loaded_dbapi.Error as exc:
             self.close()
-            raise sa.exc.DBAPIError.instance(
-                sql, params, exc, self.engine.dialect.loaded_dbapi.Error
-            ) from exc
+            raise driver_error(self.engine, sql, params, exc, opening=opening) from exc
         except BaseException:
             self.close()
             raise
@@ -190,7 +190,7 @@ def chores_statement(dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
         sa.func.clock_timestamp(),
         sa.exists().where(leases.silent(now)),
         sa.exists().where(leases.unstarted(now)),
-        sa.exists().where(leases.expired(now)),
+        sa.exists().where(leases.unpublished(now)),
         earliest,
         oldest,
     )

@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from celery_cronstore.records import Fire
+from celery_cronstore.states import PROBLEM_STATES
 from celery_cronstore.store.rows import FIRE_COLUMNS, to_fire
 from celery_cronstore.store.schema import beat, fire, periodic_task
 
@@ -46,8 +47,6 @@ _F = fire.c
 
 #: Sort keys of the task list, each backed by an index (the id breaks ties).
 SORTS = ("name", "task", "next", "owner")
-#: Ledger states that mean "this fire did not run".
-PROBLEM_STATES = ("missed", "expired", "dropped")
 #: Longest search text accepted (longer text cannot match a 200-character name anyway).
 MAX_SEARCH = 200
 MAX_PAGE_SIZE = 500

@@ -25,6 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from celery_cronstore.policy import retention as rule
+from celery_cronstore.states import IN_FLIGHT, FireState
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import UTCDateTime
@@ -195,7 +196,7 @@ class Pruner:
             # (periodic_task_id, state, fire_time): a few index entries per task.
             query = (
                 sa.select(_F.periodic_task_id, _oldest)
-                .where(_F.periodic_task_id.in_(chunk), _F.state.in_(rule.IN_FLIGHT))
+                .where(_F.periodic_task_id.in_(chunk), _F.state.in_(IN_FLIGHT))
                 .group_by(_F.periodic_task_id)
             )
             _merge(in_flight, conn.execute(query))
@@ -203,7 +204,7 @@ class Pruner:
         # (state, lease_until) index: only the ones in flight, whatever their task.
         query = (
             sa.select(_F.periodic_task_id, _oldest)
-            .where(_F.state == "published", _F.lease_until.is_not(None))
+            .where(_F.state == FireState.PUBLISHED, _F.lease_until.is_not(None))
             .group_by(_F.periodic_task_id)
         )
         _merge(in_flight, (r for r in conn.execute(query) if r[0] in task_ids))
@@ -230,7 +231,7 @@ class Pruner:
         with self.db.begin() as conn:
             for state, ids in sorted(by_state.items()):
                 stmt = sa.delete(fire).where(_F.id.in_(ids), _F.state == state)
-                if state == "published":  # a start lease taken since the read keeps it
+                if state == FireState.PUBLISHED:  # a start lease taken since the read keeps it
                     stmt = stmt.where(_F.lease_until.is_(None))
                 deleted = max(conn.execute(stmt).rowcount, 0)
                 if deleted:

@@ -3,36 +3,32 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
+from celery_cronstore import fields
+from celery_cronstore.fields import TEXT_BYTES, check_text
 from celery_cronstore.policy import option_problems
-from celery_cronstore.records import (
-    ABANDON_POLICIES,
-    MISFIRE_POLICIES,
-    OVERLAP_POLICIES,
-    Fire,
-    PeriodicTask,
-)
+from celery_cronstore.records import Fire, PeriodicTask
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import dumps, loads
+from celery_cronstore.timers import Timer
 
 __all__ = [
     "FIRE_COLUMNS",
+    "TEXT_BYTES",
     "check_text",
     "check_values",
     "json_problems",
     "owner_values",
     "summarize",
+    "timer_key",
+    "timer_values",
     "to_fire",
     "to_task",
 ]
-
-#: Longest text a ``Text`` column holds on every backend (MySQL/MariaDB ``TEXT``: bytes).
-TEXT_BYTES = 65_535
-_NUL = chr(0)
 
 
 def _json_or_error(text: str | None, default: Any, column: str, errors: list[str]) -> Any:
@@ -42,32 +38,6 @@ def _json_or_error(text: str | None, default: Any, column: str, errors: list[str
         detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         errors.append(f"{column} is not valid JSON ({detail})")
         return default
-
-
-def check_text(field: str, value: str, *, max_chars: int | None = None) -> str:
-    """Return ``value`` if every backend can store it verbatim; else raise ``ValueError``.
-
-    PostgreSQL refuses NUL characters in text, no driver can encode a lone surrogate, and
-    columns have lengths (``Text`` holds 65,535 bytes of UTF-8 on MySQL/MariaDB).
-    """
-    nul = value.find(_NUL)
-    if nul >= 0:
-        raise ValueError(
-            f"{field} contains a NUL character (position {nul}); PostgreSQL cannot store it"
-        )
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{field} is not valid Unicode (lone surrogate at position {exc.start})"
-        ) from None
-    if max_chars is not None and len(value) > max_chars:
-        raise ValueError(f"{field} is longer than {max_chars} characters ({len(value)})")
-    if size > TEXT_BYTES:
-        raise ValueError(
-            f"{field} is {size} bytes of UTF-8, more than the {TEXT_BYTES} it may hold"
-        )
-    return value
 
 
 def json_problems(row: sa.Row[Any]) -> list[str]:
@@ -160,66 +130,38 @@ FIRE_COLUMNS = (*fire.c, periodic_task.c.name)
 def check_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """Validate user-supplied column values; return them ready to write.
 
-    Raise ``ValueError`` naming the field for anything the schema would reject or that
-    beat could not use.
+    Each editable field is checked by its entry in :mod:`celery_cronstore.fields` (read
+    now, not at import); raise ``ValueError`` (:class:`~celery_cronstore.fields.
+    FieldValueError`) naming the field for anything the schema would reject or that beat
+    could not use. ``source`` is the store's own; other keys pass through unchanged.
     """
+    table = fields.by_name()
     out: dict[str, Any] = {}
     for key, value in values.items():
-        if key in ("name", "task"):
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{key} must be a non-empty string, got {value!r}")
-            out[key] = check_text(key, value, max_chars=200)
-        elif key == "args":
-            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-                raise ValueError(f"args must be a list, got {type(value).__name__}")
-            out[key] = _dump_json("args", list(value))
-        elif key in ("kwargs", "options"):
-            if not isinstance(value, Mapping):
-                raise ValueError(f"{key} must be a mapping, got {type(value).__name__}")
-            if key == "options":
-                problems = option_problems(value)
-                if problems:
-                    raise ValueError("; ".join(problems))
-            out[key] = _dump_json(key, dict(value))
-        elif key == "misfire_policy" and value not in MISFIRE_POLICIES:
-            raise ValueError(f"misfire_policy must be one of {MISFIRE_POLICIES}, got {value!r}")
-        elif key == "overlap_policy" and value not in OVERLAP_POLICIES:
-            raise ValueError(f"overlap_policy must be one of {OVERLAP_POLICIES}, got {value!r}")
-        elif key == "abandon_policy" and value not in ABANDON_POLICIES:
-            raise ValueError(f"abandon_policy must be one of {ABANDON_POLICIES}, got {value!r}")
-        elif (
-            key in ("start_deadline", "tolerance")
-            and value is not None
-            and (not isinstance(value, (int, float)) or value < 0)
-        ):
-            raise ValueError(f"{key} must be a non-negative number of seconds, got {value!r}")
-        elif key in ("misfire_limit", "max_retries") and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 0
-        ):
-            raise ValueError(f"{key} must be a non-negative integer, got {value!r}")
-        elif key == "source":
+        spec = table.get(key)
+        if key == "source":
             if not isinstance(value, str) or not value:
-                raise ValueError(f"source must be a non-empty string, got {value!r}")
+                raise fields.FieldValueError(
+                    key, f"source must be a non-empty string, got {value!r}"
+                )
             out[key] = check_text(key, value, max_chars=16)
-        elif key == "description":
-            if not isinstance(value, str):
-                raise ValueError(f"description must be a string, got {type(value).__name__}")
-            out[key] = check_text(key, value)
-        else:
+        elif spec is None:
             out[key] = value
-        out.setdefault(key, value)
+        else:
+            checked = spec.check(value)
+            out[spec.key] = _dump_json(key, checked) if spec.is_json else checked
     return out
 
 
 def _dump_json(field: str, value: Any) -> str:
     try:
-        # NaN and infinities are not JSON: other readers (and kombu's peers) refuse them.
-        json.dumps(value, allow_nan=False)
         text = dumps(value)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{field} must be JSON-serializable: {exc}") from None
+        raise fields.FieldValueError(field, f"{field} must be JSON-serializable: {exc}") from None
     except RecursionError:
-        raise ValueError(f"{field} must be JSON-serializable: nested too deeply") from None
+        raise fields.FieldValueError(
+            field, f"{field} must be JSON-serializable: nested too deeply"
+        ) from None
     return check_text(field, text)
 
 
@@ -227,15 +169,8 @@ def owner_values(owner: tuple[str, Any] | None) -> dict[str, str | None]:
     """Return the owner columns for ``owner`` (``(type, id)``; ids are stored as text)."""
     if owner is None:
         return {"owner_type": None, "owner_id": None}
-    if not isinstance(owner, tuple) or len(owner) != 2:
-        raise ValueError(f"owner must be a (type, id) pair, got {owner!r}")
-    owner_type, owner_id = owner
-    if not isinstance(owner_type, str) or not owner_type:
-        raise ValueError(f"owner type must be a non-empty string, got {owner_type!r}")
-    text = str(owner_id)
-    check_text("owner type", owner_type, max_chars=100)
-    check_text("owner id", text, max_chars=200)
-    return {"owner_type": owner_type, "owner_id": text}
+    owner_type, owner_id = fields.field("owner").check(owner)
+    return {"owner_type": owner_type, "owner_id": str(owner_id)}
 
 
 def summarize(value: Any, limit: int = 500) -> str:
@@ -245,3 +180,19 @@ def summarize(value: Any, limit: int = 500) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def timer_key(timer: Timer | PeriodicTask) -> tuple[str, str, str]:
+    """Return what identifies a timer: its kind, expression and zone (a record's too)."""
+    if isinstance(timer, PeriodicTask):
+        return (timer.timer_kind, timer.timer, timer.tz)
+    return (timer.kind, str(timer), timer.tz_name)
+
+
+def timer_values(timer: Timer) -> dict[str, str]:
+    """Return the columns that store ``timer`` (checked against their widths)."""
+    return {
+        "timer_kind": timer.kind,
+        "timer": check_text("timer", str(timer), max_chars=500),
+        "tz": check_text("tz", timer.tz_name, max_chars=64),
+    }

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from celery_cronstore import policy
 from celery_cronstore.errors import TimerError
 from celery_cronstore.records import PeriodicTask
+from celery_cronstore.states import FINISH_STATES, STARTABLE, WORKER_RUNNING, FireState
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.rows import summarize, to_task
 from celery_cronstore.store.schema import fire, periodic_task
@@ -166,7 +167,7 @@ def _snapshot(
         query = sa.select(_F.fire_time, _F.state).where(
             _F.periodic_task_id == task.id,
             _F.id != row.id,
-            _F.state.in_(policy.WORKER_RUNNING),
+            _F.state.in_(WORKER_RUNNING),
             _F.lease_until > now,  # its worker still heartbeats
         )
         # No ORDER BY ... LIMIT 1: to skip the sort, planners walk the task's whole history
@@ -218,7 +219,7 @@ def _record_refusal(
 ) -> bool:
     result = conn.execute(
         sa.update(fire)
-        .where(_F.id == fire_id, _F.state.in_(policy.STARTABLE))
+        .where(_F.id == fire_id, _F.state.in_(STARTABLE))
         .values(
             state=decision.outcome,
             reason=decision.reason,
@@ -243,12 +244,12 @@ def _record_start(
     if decision.outcome == "retry":
         conn.execute(
             sa.update(fire)
-            .where(_F.id == row.id, _F.state == "retrying")
-            .values(state="started", node=node, reason=None, lease_until=alive)
+            .where(_F.id == row.id, _F.state == FireState.RETRYING)
+            .values(state=FireState.STARTED, node=node, reason=None, lease_until=alive)
         )
         return True
     values: dict[str, Any] = {
-        "state": "started",
+        "state": FireState.STARTED,
         "started_at": now,
         "node": node,
         "lease_until": alive,
@@ -258,7 +259,7 @@ def _record_start(
         values["reason"] = None  # a re-run keeps why it runs again
     result = conn.execute(
         sa.update(fire)
-        .where(_F.id == row.id, _F.state.in_(policy.STARTABLE), _F.reruns == row.reruns)
+        .where(_F.id == row.id, _F.state.in_(STARTABLE), _F.reruns == row.reruns)
         .values(**values)
     )
     if result.rowcount != 1:
@@ -284,7 +285,7 @@ def finish_fire(
 ) -> bool:
     """Record how a started fire ended; return whether the fire was still in flight.
 
-    ``state`` is one of :data:`~celery_cronstore.policy.FINISH_STATES`. ``result`` is
+    ``state`` is one of :data:`~celery_cronstore.states.FINISH_STATES`. ``result`` is
     summarized into the ledger; ``error`` goes to the row's ``reason`` (a re-run that
     ends without one keeps why it ran again). ``retrying`` keeps the fire in flight
     until its retry starts (:func:`start_fire` with ``retries > 0``); ``hold`` is then
@@ -296,8 +297,10 @@ def finish_fire(
     it started at least ``started_before`` ago (:func:`~celery_cronstore.policy.
     killed_run_age`).
     """
-    if state not in policy.FINISH_STATES:
-        raise ValueError(f"state must be one of {policy.FINISH_STATES}, got {state!r}")
+    if state not in FINISH_STATES:
+        # Plain values: the message reads as it did when the states were bare strings.
+        allowed = tuple(s.value for s in FINISH_STATES)
+        raise ValueError(f"state must be one of {allowed}, got {str(state)!r}")
     values: dict[str, Any] = {
         "state": state,
         "reason": error if error is not None else sa.case((_F.reruns > 0, _F.reason)),
@@ -306,7 +309,7 @@ def finish_fire(
         values["result"] = summarize(result)
     with db.begin() as conn:
         now = db.now(conn)
-        if state == "retrying":
+        if state == FireState.RETRYING:
             values["lease_until"] = now + timedelta(seconds=hold or 0)
         else:
             values.update(finished_at=now, lease_until=None)
@@ -317,7 +320,7 @@ def finish_fire(
             fences.append(_F.started_at <= now - started_before)
         done = conn.execute(
             sa.update(fire)
-            .where(_F.task_id == task_id, _F.state.in_(policy.WORKER_RUNNING), *fences)
+            .where(_F.task_id == task_id, _F.state.in_(WORKER_RUNNING), *fences)
             .values(**values)
         )
         return bool(done.rowcount == 1)
@@ -346,9 +349,9 @@ def record_start(db: Database, task_id: str, *, node: str, abandon_after: float)
         now = db.now(conn)
         done = conn.execute(
             sa.update(fire)
-            .where(_F.task_id == task_id, _F.state.in_(policy.STARTABLE))
+            .where(_F.task_id == task_id, _F.state.in_(STARTABLE))
             .values(
-                state="started",
+                state=FireState.STARTED,
                 started_at=now,
                 node=node,
                 lease_until=now + timedelta(seconds=abandon_after),
@@ -381,7 +384,7 @@ def keep_alive(
         now = db.now(conn)
         done = conn.execute(
             sa.update(fire)
-            .where(_F.task_id.in_(task_ids), _F.state.in_(policy.WORKER_RUNNING), *_fence(run))
+            .where(_F.task_id.in_(task_ids), _F.state.in_(WORKER_RUNNING), *_fence(run))
             .values(lease_until=now + timedelta(seconds=abandon_after))
         )
         return max(done.rowcount, 0)
@@ -396,8 +399,8 @@ def expire_fire(db: Database, task_id: str, reason: str) -> bool:
         now = db.now(conn)
         done = conn.execute(
             sa.update(fire)
-            .where(_F.task_id == task_id, _F.state.in_(policy.STARTABLE))
-            .values(state="expired", reason=reason, finished_at=now, lease_until=None)
+            .where(_F.task_id == task_id, _F.state.in_(STARTABLE))
+            .values(state=FireState.EXPIRED, reason=reason, finished_at=now, lease_until=None)
         )
         return bool(done.rowcount == 1)
 
@@ -412,7 +415,7 @@ def checkpoint(db: Database, task_id: str, state: Any, *, run: int | None = None
     text = None if state is None else dumps(state)
     running = (
         sa.select(_F.periodic_task_id)
-        .where(_F.task_id == task_id, _F.state == "started", *_fence(run))
+        .where(_F.task_id == task_id, _F.state == FireState.STARTED, *_fence(run))
         .scalar_subquery()
     )
     with db.begin() as conn:

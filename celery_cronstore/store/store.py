@@ -4,29 +4,32 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import functools
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from celery_cronstore.errors import DuplicateTaskError, TimerError, TimerSearchError
-from celery_cronstore.policy import backlog, missed_entry, timer_of
-from celery_cronstore.records import EPOCH, PeriodicTask
+from celery_cronstore import fields, policy
+from celery_cronstore.errors import DuplicateTaskError, EditConflictError, StoreError
+from celery_cronstore.fields import ForceableError
+from celery_cronstore.records import PeriodicTask
 from celery_cronstore.store import migrate
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.engine import Clock, Dialect, create_store_engine, redact
 from celery_cronstore.store.retention import PRUNE_BATCH, REMOVE_BATCH, Pruner, delete_history
 from celery_cronstore.store.rows import (
-    check_text,
     check_values,
     owner_values,
+    timer_key,
+    timer_values,
     to_task,
 )
 from celery_cronstore.store.schema import VERSION_TABLE, fire, periodic_task
+from celery_cronstore.store.seam import CallSeam, NullSeam, TaskSeam
 from celery_cronstore.store.state import StoreReads
 from celery_cronstore.timers import Timer, parse_timer
 
@@ -39,7 +42,6 @@ CallCheck = Callable[[str, list[Any], dict[str, Any]], "str | None"]
 DEFAULT_URL = "sqlite:///celerybeat-cronstore.sqlite"
 
 _PT = periodic_task.c
-_TIMER_FIELDS = ("timer", "timer_kind", "tz")
 
 
 class Store(StoreReads):
@@ -56,6 +58,7 @@ class Store(StoreReads):
         engine: sa.Engine | None = None,
         clock: Clock | None = None,
         call_check: CallCheck | None = None,
+        seam: TaskSeam | None = None,
         default_tz: str = "UTC",
         app_name: str | None = None,
         **engine_options: Any,
@@ -63,8 +66,13 @@ class Store(StoreReads):
         self.db = Database(
             engine if engine is not None else create_store_engine(url, **engine_options), clock
         )
-        #: Whether a task's args/kwargs fit it (``from_app``: the app's task signatures);
-        #: returns the reason they do not. Checked by :meth:`add` and :meth:`update`.
+        #: What the Celery app knows about task names (``from_app``: a
+        #: :class:`~celery_cronstore.catalog.TaskCatalog`): :meth:`add` and :meth:`update`
+        #: refuse a task beat would not send and args that do not fit it. ``call_check``
+        #: (the older way) checks only the args.
+        self.seam: TaskSeam = (
+            seam if seam is not None else CallSeam(call_check) if call_check else NullSeam()
+        )
         self.call_check = call_check
         #: Zone of tasks added without one (``from_app``: the app's, see ``Config.zone``).
         self.default_tz = default_tz
@@ -74,11 +82,11 @@ class Store(StoreReads):
     @classmethod
     def from_app(cls, app: Any, **kwargs: Any) -> Store:
         """Build the store configured on a Celery app (``cronstore_url`` and friends)."""
-        from celery_cronstore.calls import call_problem
+        from celery_cronstore.catalog import TaskCatalog
         from celery_cronstore.config import Config
 
         config = Config.from_app(app)
-        kwargs.setdefault("call_check", functools.partial(call_problem, app))
+        kwargs.setdefault("seam", TaskCatalog(app, config=config))
         kwargs.setdefault("default_tz", config.zone(app))
         kwargs.setdefault("app_name", app.main)
         return cls(config.url, **config.engine_options, **kwargs)
@@ -106,6 +114,15 @@ class Store(StoreReads):
     def __repr__(self) -> str:
         return f"<Store {self.url}>"
 
+    def checked_by(self, seam: TaskSeam) -> Store:
+        """Return this store (same engine and clock) checking task names with ``seam``.
+
+        For a window that knows the Celery app when the store was built without it.
+        """
+        other = copy.copy(self)
+        other.seam = seam
+        return other
+
     def close(self) -> None:
         """Release every pooled connection (safe to call more than once)."""
         self.engine.dispose()
@@ -113,8 +130,19 @@ class Store(StoreReads):
     # -- schema ---------------------------------------------------------------------------
 
     def upgrade(self) -> None:
-        """Create or upgrade the tables to this release's schema (Alembic, own version table)."""
-        migrate.upgrade(self.engine)
+        """Create or upgrade the tables to this release's schema (Alembic, own version table).
+
+        Raise :class:`StoreUnavailableError` if the database is away, :class:`StoreError`
+        if it refuses a migration (a user without the right to create tables).
+        """
+        try:
+            migrate.upgrade(self.engine)
+        except SQLAlchemyError as exc:
+            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+            raise StoreError(
+                f"cannot create or upgrade the cronstore tables in {self.url}: "
+                f"{detail[0] if detail else type(exc).__name__}"
+            ) from exc
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaVersionError` (with the fixing command) unless up to date."""
@@ -158,15 +186,29 @@ class Store(StoreReads):
         max_retries: int = 0,
         source: str = "api",
         abandon_policy: str = "leave",
+        force: bool = True,
+        **more: Any,
     ) -> PeriodicTask:
         """Add a periodic task; validate everything (timer first) before writing anything.
 
-        Raise :class:`TimerSyntaxError` for a bad timer, ``ValueError`` for other bad
-        values and :class:`DuplicateTaskError` when the name is taken.
+        The keywords are the fields of :mod:`celery_cronstore.fields` (``more``: any
+        field of that table this signature does not name). Raise
+        :class:`TimerSyntaxError` for a bad timer, ``ValueError`` for other bad values
+        (:class:`~celery_cronstore.fields.FieldValueError` names the field) and
+        :class:`DuplicateTaskError` when the name is taken. With ``force=False`` (what
+        the CLI without ``--force``, the dashboard and the Django admin pass), also
+        refuse (:class:`~celery_cronstore.fields.ForceableError`) what beat would not run
+        as one expects: a task :attr:`seam` refuses (not registered), a one-off instant
+        already past. The API's default stores them, as it always has: beat then puts
+        the row in error, or applies the misfire policy to the instant.
         """
         parsed = parse_timer(timer, kind=kind, tz=tz or self.default_tz)
+        unknown = sorted(set(more) - set(fields.by_name()))
+        if unknown:
+            raise TypeError(f"Store.add() got unexpected keyword argument(s) {', '.join(unknown)}")
         values = check_values(
             {
+                **more,
                 "name": name,
                 "task": task,
                 "args": args,
@@ -181,31 +223,41 @@ class Store(StoreReads):
                 "tolerance": tolerance,
                 "max_retries": max_retries,
                 "source": source,
+                "enabled": bool(enabled),
             }
         )
         values.update(owner_values(owner))
-        values.update(_timer_values(parsed), enabled=bool(enabled))
-        self._check_call(task, list(args), kwargs or {})
+        values.update(timer_values(parsed))
+        self._check_task(task, list(args), kwargs or {}, registered=not force)
         with self.begin() as conn:
             now = self.now(conn)
+            if not force:
+                _refuse_past(parsed, now)
             values.update(created_at=now, updated_at=now)
-            values["next_run"] = _first_plan(parsed, now, None, enabled)
+            values["next_run"] = policy.first_plan(parsed, now, None, enabled)
             try:
                 conn.execute(sa.insert(periodic_task).values(**values))
             except IntegrityError:
                 raise DuplicateTaskError(f"a periodic task named {name!r} already exists") from None
             return to_task(self._row(conn, name))
 
-    def update(self, name: str, /, **changes: Any) -> PeriodicTask:
+    def update(
+        self, name: str, /, *, expected_version: int | None = None, **changes: Any
+    ) -> PeriodicTask:
         """Change fields of a periodic task; a new timer, zone or enabled flag re-plans it.
 
         Accepts the keyword arguments of :meth:`add` (``timer``/``kind``/``tz`` are
-        validated together before anything is written).
+        validated together before anything is written); what the edit does to planned
+        fires is :func:`celery_cronstore.policy.edit_plan`'s decision. With
+        ``expected_version`` (the ``version`` the editor loaded) the write happens only if
+        the row is still at that version, checked by the ``UPDATE`` itself: otherwise
+        :class:`EditConflictError` and nothing is written.
         """
         owner = changes.pop("owner", ...)
         kind = changes.pop("kind", None)
+        force = bool(changes.pop("force", True))
         timer_changes = {k: changes.pop(k) for k in ("timer", "tz") if k in changes}
-        unknown = sorted(set(changes) - _UPDATABLE)
+        unknown = sorted(set(changes) - _updatable())
         if unknown:
             raise ValueError(f"cannot update unknown field(s): {', '.join(unknown)}")
         values = check_values(changes)
@@ -214,78 +266,54 @@ class Store(StoreReads):
         with self.begin() as conn:
             current = to_task(self._row(conn, name, lock=True))
             if {"task", "args", "kwargs"} & set(changes):
-                self._check_call(
+                self._check_task(
                     changes.get("task", current.task),
                     list(changes.get("args", current.args)),
                     dict(changes.get("kwargs", current.kwargs)),
+                    registered=not force and changes.get("task", current.task) != current.task,
                 )
             now = self.now(conn)
             parsed: Timer | None
             if not (timer_changes or kind is not None):
                 # A stored timer may be bad (raw SQL): the row can still be disabled,
                 # edited or enabled; beat then puts it in error with the reason.
-                parsed = _timer_or_none(current)
+                parsed = policy.readable_timer(current)
             else:  # the stored timer may be the bad one being fixed: do not parse it
                 parsed = parse_timer(
                     timer_changes.get("timer", current.timer),
                     kind=kind or (None if "timer" in timer_changes else current.timer_kind),
                     tz=timer_changes.get("tz", current.tz),
                 )
-                values.update(_timer_values(parsed))
-            enabled = values.get("enabled", current.enabled)
-            replan = any(
-                values.get(k, getattr(current, k)) != getattr(current, k)
-                for k in (*_TIMER_FIELDS, "enabled")
-            )
-            if current.error is not None:
-                # An edit is the fix for a task in error: clear it and plan again; beat
-                # puts it back in error (with the reason) if it is still wrong.
-                values["error"] = None
-                replan = True
-            if replan:
-                why = "re-planned" if enabled else "disabled"
-                last = self._record_unclaimed(conn, current, now, why)
-                if last is not None:
-                    values["last_fire"] = last
-                values["next_run"] = _first_plan(parsed, now, last or current.last_fire, enabled)
-            values.update(updated_at=now, version=_PT.version + 1)
-            conn.execute(sa.update(periodic_task).where(_PT.id == current.id).values(**values))
+                values.update(timer_values(parsed))
+                if not force and timer_key(parsed) != timer_key(current):
+                    _refuse_past(parsed, now)
+            decided = policy.edit_plan(current, values, now, timer=parsed)
+            if decided.missed is not None:
+                _record(conn, decided.missed)
+            values.update(decided.values(), updated_at=now, version=_PT.version + 1)
+            where = [_PT.id == current.id]
+            if expected_version is not None:
+                where.append(_PT.version == expected_version)
+            try:
+                written = conn.execute(sa.update(periodic_task).where(*where).values(**values))
+            except IntegrityError:  # renamed to a name that is taken
+                taken = f"a periodic task named {values.get('name', name)!r} already exists"
+                raise DuplicateTaskError(taken) from None
+            if expected_version is not None and written.rowcount == 0:
+                # The row is locked since it was read: the version it holds is current's.
+                raise EditConflictError(current.name, expected_version, current.version)
             return to_task(self._row(conn, values.get("name", name)))
 
-    def _check_call(self, task: str, args: builtins.list[Any], kwargs: dict[str, Any]) -> None:
-        problem = None if self.call_check is None else self.call_check(task, args, kwargs)
+    def _check_task(
+        self, task: str, args: builtins.list[Any], kwargs: dict[str, Any], *, registered: bool
+    ) -> None:
+        """Refuse a task beat would not send (if ``registered``) or args that do not fit."""
+        refused = self.seam.registered(task) if registered else None
+        if refused is not None:
+            raise ForceableError("task", refused)
+        problem = self.seam.call_problem(task, args, kwargs)
         if problem is not None:
-            raise ValueError(problem)
-
-    @staticmethod
-    def _record_unclaimed(
-        conn: sa.Connection, task: PeriodicTask, now: datetime, why: str
-    ) -> datetime | None:
-        """Record the due fires no beat has claimed yet as missed (an edit skips past them).
-
-        Without this, disabling or re-timing a task while beat is down or behind (a
-        database outage) would lose those fires without a trace. Return the newest fire
-        time recorded (``None``: nothing was due). Points already in the ledger are
-        passed over, so this never fails on a row in any state.
-        """
-        first = task.next_run
-        if not task.enabled or task.error is not None or first is None or first == EPOCH:
-            return None
-        timer = _timer_or_none(task)
-        if first > now or timer is None:
-            return None
-        if task.last_fire is not None and first <= task.last_fire:
-            first = timer.next_after(task.last_fire)
-            if first is None or first > now:
-                return None
-        walk = backlog(timer, first, now, keep=1)
-        if walk.first is None:
-            return None
-        why = f"the task was {why} before beat claimed them"
-        entry = missed_entry(task, walk.first, walk.tail[-1], walk.count, why, exact=walk.exact)
-        with contextlib.suppress(IntegrityError), conn.begin_nested():
-            conn.execute(sa.insert(fire).values(**entry.row()))
-        return walk.tail[-1]
+            raise fields.FieldValueError("args", problem)
 
     def enable(self, name: str) -> PeriodicTask:
         """Enable a periodic task; it fires from its next grid point after now."""
@@ -369,52 +397,24 @@ class Store(StoreReads):
             return result.rowcount
 
 
-_UPDATABLE = frozenset(
-    {
-        "name",
-        "task",
-        "args",
-        "kwargs",
-        "options",
-        "enabled",
-        "description",
-        "misfire_policy",
-        "misfire_limit",
-        "start_deadline",
-        "overlap_policy",
-        "abandon_policy",
-        "tolerance",
-        "max_retries",
-        "source",
-    }
-)
+def _updatable() -> frozenset[str]:
+    """Return what :meth:`Store.update` may change besides the timer and the owner (the
+    fields of :mod:`celery_cronstore.fields`, read now) and ``source``."""
+    timer = {"timer", "kind", "tz", "owner"}
+    return frozenset({f.name for f in fields.table()} - timer | {"source"})
 
 
-def _timer_or_none(task: PeriodicTask) -> Timer | None:
-    try:
-        return timer_of(task)
-    except (TimerError, ValueError):
-        return None
+def _refuse_past(timer: Timer, now: datetime) -> None:
+    """Refuse a one-off instant already past at ``now`` (it would fire at once, late)."""
+    if timer.kind == "once" and timer.next_after(now) is None:
+        raise ForceableError(
+            "timer",
+            f"the one-off instant {timer} is already past: it would fire at once, late. "
+            "Give a future instant",
+        )
 
 
-def _first_plan(
-    timer: Timer | None, now: datetime, last_fire: datetime | None, enabled: bool
-) -> datetime | None:
-    """Return ``next_run`` for a task just edited: ``EPOCH`` ("beat, check it") if its
-    stored timer is bad, so beat puts it in error with the reason."""
-    if not enabled:
-        return None
-    if timer is None:
-        return EPOCH
-    try:
-        return timer.first_fire(now, last_fire)
-    except TimerSearchError:  # beat plans past the instant the timer cannot answer at
-        return EPOCH
-
-
-def _timer_values(timer: Timer) -> dict[str, str]:
-    return {
-        "timer_kind": timer.kind,
-        "timer": check_text("timer", str(timer), max_chars=500),
-        "tz": check_text("tz", timer.tz_name, max_chars=64),
-    }
+def _record(conn: sa.Connection, entry: policy.Entry) -> None:
+    """Insert a ledger entry unless its fire is in the ledger already (any state)."""
+    with contextlib.suppress(IntegrityError), conn.begin_nested():
+        conn.execute(sa.insert(fire).values(**entry.row()))

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import NoReturn
 
 from celery_cronstore.errors import TimerError, TimerSyntaxError
-from celery_cronstore.timers import KINDS, parse_timer
+from celery_cronstore.timers import TIMER_KINDS, TIMERS, parse_timer
 from celery_cronstore.timers.base import resolve_zone
 from celery_cronstore.timers.once import format_instant, parse_instant
 
@@ -44,8 +44,9 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="cronstore-timer",
         description="Show what a celery-cronstore timer expression means and when it fires.",
     )
-    parser.add_argument("expression", help="cron, calendar, interval or one-off expression")
-    parser.add_argument("--kind", choices=KINDS, help="timer kind (detected when omitted)")
+    examples = ", ".join(f"{kind.name} ({kind.example!r})" for kind in TIMERS.values())
+    parser.add_argument("expression", help=f"the expression, of any kind: {examples}")
+    parser.add_argument("--kind", choices=TIMER_KINDS, help="timer kind (detected when omitted)")
     parser.add_argument("--tz", help="time zone the expression is read in (default UTC)")
     parser.add_argument(
         "-n", "--count", type=int, default=5, help="how many fire times to show (default 5)"

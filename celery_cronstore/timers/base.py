@@ -9,9 +9,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery_cronstore.errors import TimerSearchError, TimerSyntaxError
 
-__all__ = ["KINDS", "LOOKBACK", "Timer", "fires", "require_aware", "resolve_zone"]
+__all__ = ["LOOKBACK", "Timer", "fires", "require_aware", "resolve_zone"]
 
-KINDS = ("calendar", "cron", "interval", "once")
 #: How far back :meth:`Timer.last_at_or_before` looks for a fire (ten years and a bit:
 #: a leap-day timer fires every four, sometimes eight, years).
 LOOKBACK = timedelta(days=3700)

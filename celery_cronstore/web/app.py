@@ -12,18 +12,17 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
-from werkzeug.routing import Map, MapAdapter, Rule
+from werkzeug.routing import Map, Rule
 from werkzeug.utils import redirect
 from werkzeug.wrappers import Request, Response
 
 from celery_cronstore import actions
+from celery_cronstore.catalog import TaskCatalog
 from celery_cronstore.errors import CronstoreError, TaskNotFoundError, TimerError
 from celery_cronstore.secrets import scrub
 from celery_cronstore.store import Store
@@ -34,9 +33,11 @@ from celery_cronstore.store.read import (
     problems,
     task_page,
 )
+from celery_cronstore.store.seam import NullSeam
 from celery_cronstore.timers import KINDS
 from celery_cronstore.web import forms, login, writes
 from celery_cronstore.web.auth import SESSION_COOKIE, Credentials, Identity, Signer, from_header
+from celery_cronstore.web.context import Ctx
 from celery_cronstore.web.render import (
     describe_timer,
     environment,
@@ -66,17 +67,6 @@ DONE = {
 }
 
 
-@dataclass
-class Ctx:
-    """One request: who sent it, the URL builder and the store's now."""
-
-    request: Request
-    urls: MapAdapter
-    identity: Identity | None
-    now: datetime
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
 class WebApp:
     """The dashboard; a WSGI callable (mount it anywhere: URLs follow ``SCRIPT_NAME``)."""
 
@@ -91,6 +81,10 @@ class WebApp:
         secrets: Iterable[str] = (),
         metrics: bool = True,
     ) -> None:
+        if celery_app is not None and isinstance(store.seam, NullSeam):
+            # A store built without the app: refuse what beat would (an unknown task,
+            # args that do not fit) as the command line does.
+            store = store.checked_by(TaskCatalog(celery_app))
         self.store = store
         self.credentials = credentials or Credentials()
         #: Nobody writes without logging in: without credentials the dashboard only reads.
@@ -102,6 +96,8 @@ class WebApp:
         self.node = f"web@{socket.gethostname()}:{os.getpid()}"
         self.env = environment()
         self.env.filters["scrub"] = lambda text: None if text is None else self.scrub(text)
+        # The task form's fields, read from the table each time a form is drawn.
+        self.env.globals["task_fields"] = forms.form_fields
         self.url_map = Map(
             [
                 Rule("/", endpoint="tasks"),

@@ -1,50 +1,42 @@
 """Form and query-string handling: text in, typed values (or per-field errors) out.
 
-Only shape is checked here (JSON that parses, numbers that are numbers); everything the
-store knows how to refuse (timers, policies, option keys, lengths) is left to the
+The task form is built from :mod:`celery_cronstore.fields` (read when a form is shown or
+posted): each field's text is parsed and checked there, so a bad value gets the message
+every other window gives; what needs the database or the Celery app (a timer's zone, an
+unknown task, args that do not fit, a past one-off) is left to the
 :class:`~celery_cronstore.store.Store` API, whose message is shown next to the field.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from celery_cronstore import fields
 from celery_cronstore.errors import TimerError, TimerSyntaxError
-from celery_cronstore.records import ABANDON_POLICIES, MISFIRE_POLICIES, OVERLAP_POLICIES
 from celery_cronstore.store import PeriodicTask
 from celery_cronstore.store.read import TaskQuery
 from celery_cronstore.timers import parse_timer
 from celery_cronstore.web.render import fmt_local, fmt_utc
 
-__all__ = ["POLICIES", "blank", "changes", "preview", "store_error", "submitted", "task_query"]
+__all__ = [
+    "POLICIES",
+    "blank",
+    "changes",
+    "form_fields",
+    "preview",
+    "store_error",
+    "submitted",
+    "task_query",
+]
 
 #: The policy choices the form offers (the store validates them again).
-POLICIES = {
-    "misfire_policy": MISFIRE_POLICIES,
-    "overlap_policy": OVERLAP_POLICIES,
-    "abandon_policy": ABANDON_POLICIES,
-}
-FIELDS = (
-    "name",
-    "task",
-    "timer",
-    "kind",
-    "tz",
-    "args",
-    "kwargs",
-    "options",
-    "description",
-    "misfire_policy",
-    "overlap_policy",
-    "abandon_policy",
-    "start_deadline",
-    "tolerance",
-    "version",
-    "enabled",
-)
+POLICIES = {f.name: f.choices for f in fields.table() if f.choices and f.group == "policies"}
+#: Form keys that are not fields: the edit's concurrency check.
+_EXTRA = ("version",)
+#: Keys every submitted form has (the rest are absent when the page lacks them).
+_ALWAYS = ("name", "task", "timer", "kind", "tz", "version")
 PREVIEW_COUNT = 10
 
 
@@ -96,97 +88,70 @@ def preview(expression: str, kind: str | None, tz: str | None, now: datetime) ->
     }
 
 
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+def form_fields() -> list[fields.Field]:
+    """Return the fields the task form shows (the table as it is now; the name and the
+    enabled box are drawn apart, the name only when adding)."""
+    return [f for f in fields.table() if f.name not in ("name", "enabled")]
 
 
 def values_of(task: PeriodicTask) -> dict[str, str]:
     """Return the edit form's text values for a stored task."""
-    return {
-        "name": task.name,
-        "task": task.task,
-        "timer": task.timer,
-        "kind": task.timer_kind,
-        "tz": task.tz,
-        "args": _json_text(task.args),
-        "kwargs": _json_text(task.kwargs),
-        "options": _json_text(task.options),
-        "description": task.description,
-        "misfire_policy": task.misfire_policy,
-        "overlap_policy": task.overlap_policy,
-        "abandon_policy": task.abandon_policy,
-        "start_deadline": "" if task.start_deadline is None else f"{task.start_deadline:g}",
-        "tolerance": "" if task.tolerance is None else f"{task.tolerance:g}",
-        "version": str(task.version),
-        "enabled": "on" if task.enabled else "",
+    values = {
+        f.name: f.text(task.owner if f.name == "owner" else getattr(task, f.key, f.default))
+        for f in fields.table()
     }
+    values["version"] = str(task.version)
+    return values
 
 
 def blank() -> dict[str, str]:
     """Return the values of an empty "new task" form."""
-    values = dict.fromkeys(FIELDS, "")
-    values.update(
-        tz="UTC",
-        args="[]",
-        kwargs="{}",
-        options="{}",
-        misfire_policy="run_once",
-        overlap_policy="allow",
-        abandon_policy="leave",
-        enabled="on",
-    )
+    values = {f.name: f.text(f.default) for f in fields.table()}
+    values.update(tz="UTC", version="")
     return values
 
 
 def submitted(form: Mapping[str, str]) -> dict[str, str]:
-    """Return the posted form's text values (missing fields are empty)."""
-    return {key: form.get(key, "") for key in FIELDS}
+    """Return the posted form's text values (a field the page lacks stays absent)."""
+    keys = [*_ALWAYS, *(f.name for f in fields.table()), *_EXTRA]
+    return {key: form.get(key, "") for key in dict.fromkeys(keys) if key in form or key in _ALWAYS}
 
 
 def changes(values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Return the store keywords a form asks for, and per-field errors of shape."""
+    """Return the store keywords a form asks for, and per-field errors.
+
+    A field the form lacks (an older page) is left out: adding, the store's default;
+    editing, the stored value stays.
+    """
     errors: dict[str, str] = {}
-    out: dict[str, Any] = {
-        "task": values["task"].strip(),
-        "timer": values["timer"],
-        "kind": values["kind"] or None,
-        "tz": values["tz"].strip() or "UTC",
-        "description": values["description"],
-        "misfire_policy": values["misfire_policy"],
-        "overlap_policy": values["overlap_policy"],
-    }
-    if values["abandon_policy"]:  # a form without the field keeps the stored policy
-        out["abandon_policy"] = values["abandon_policy"]
-    if not out["task"]:
-        errors["task"] = "the Celery task name is required"
-    for key, want in (("args", list), ("kwargs", dict), ("options", dict)):
-        try:
-            parsed = json.loads(values[key] or ("[]" if want is list else "{}"))
-        except ValueError as exc:
-            errors[key] = f"not valid JSON: {exc}"
+    out: dict[str, Any] = {}
+    for spec in form_fields():
+        if spec.name not in values:
             continue
-        if not isinstance(parsed, want):
-            errors[key] = f"must be a JSON {'array' if want is list else 'object'}"
-        out[key] = parsed
-    for key in ("start_deadline", "tolerance"):
-        text = values[key].strip()
         try:
-            out[key] = float(text) if text else None
-        except ValueError:
-            errors[key] = f"must be a number of seconds, got {text!r}"
-    try:
-        parse_timer(out["timer"], kind=out["kind"], tz=out["tz"])
-    except (TimerError, ValueError) as exc:
-        errors["timer"] = str(exc)
+            out[spec.name] = spec.parse(values[spec.name])
+        except ValueError as exc:
+            errors[spec.name] = str(exc)
+    if "tz" in out and out["tz"] is None:
+        out["tz"] = "UTC"
+    if "timer" not in errors:
+        try:
+            parse_timer(out["timer"], kind=out.get("kind"), tz=out.get("tz"))
+        except (TimerError, ValueError) as exc:
+            errors["tz" if "time zone" in str(exc) else "timer"] = str(exc)
     return out, errors
 
 
 def store_error(exc: Exception) -> dict[str, str]:
-    """Return which field a store error belongs to (by the field it names) and its text."""
+    """Return which field a store error belongs to and its text."""
     text = str(exc)
+    if isinstance(exc, fields.FieldValueError):
+        known = exc.field in {f.name for f in form_fields()}
+        return {exc.field if known else "_form": text}
     if isinstance(exc, TimerError):
-        return {"timer": text}
-    for key in FIELDS:
+        return {"tz" if "time zone" in text else "timer": text}
+    for spec in fields.table():
+        key = spec.name
         if text.startswith(key) or f" {key} " in text or f"{key}:" in text:
             return {key: text}
     return {"_form": text}

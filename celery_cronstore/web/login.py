@@ -5,20 +5,16 @@ The checks themselves (constant-time comparison, signed sessions) are in :mod:`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from werkzeug.utils import redirect
 from werkzeug.wrappers import Response
 
 from celery_cronstore.web.auth import SESSION_COOKIE
-
-if TYPE_CHECKING:
-    from celery_cronstore.web.app import Ctx, WebApp
+from celery_cronstore.web.context import Ctx, Site
 
 __all__ = ["login", "logout", "safe_next"]
 
 
-def login(app: WebApp, ctx: Ctx) -> Response:
+def login(app: Site, ctx: Ctx) -> Response:
     """Show the login form (GET), or check it and set the session cookie (POST)."""
     target = safe_next(ctx.request.values.get("next", ""), ctx.urls.build("tasks"))
     if not app.credentials.configured:
@@ -45,7 +41,7 @@ def login(app: WebApp, ctx: Ctx) -> Response:
     return response
 
 
-def logout(app: WebApp, ctx: Ctx) -> Response:
+def logout(app: Site, ctx: Ctx) -> Response:
     """Drop the session cookie and go to the login page."""
     response = redirect(ctx.urls.build("login"), 303)
     response.delete_cookie(SESSION_COOKIE, path=ctx.request.script_root or "/")

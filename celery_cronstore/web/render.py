@@ -18,13 +18,11 @@ from markupsafe import Markup, escape
 
 from celery_cronstore.errors import TimerError
 from celery_cronstore.records import Fire
+from celery_cronstore.states import NOT_RUN
 from celery_cronstore.timers import parse_timer
 from celery_cronstore.timers.base import resolve_zone
 
 __all__ = ["describe_timer", "environment", "fmt_local", "lateness_chart", "relative", "zone"]
-
-#: States drawn as "did not run" marks on the chart's bottom line.
-NOT_RUN = frozenset({"missed", "expired", "dropped", "skipped"})
 
 
 def environment() -> Environment:

@@ -8,25 +8,22 @@ already refused a write without a login, a CSRF token or a same-origin request.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from werkzeug.utils import redirect
 from werkzeug.wrappers import Response
 
-from celery_cronstore.errors import CronstoreError, TaskNotFoundError
+from celery_cronstore.errors import CronstoreError, EditConflictError, TaskNotFoundError
 from celery_cronstore.store import PeriodicTask
 from celery_cronstore.timers import KINDS
 from celery_cronstore.web import forms
-
-if TYPE_CHECKING:
-    from celery_cronstore.web.app import Ctx, WebApp
+from celery_cronstore.web.context import Ctx, Site
 
 __all__ = ["ACTIONS", "action", "edit", "edit_form", "new"]
 
 ACTIONS = ("enable", "disable", "run", "remove")
 
 
-def action(app: WebApp, ctx: Ctx) -> Response:
+def action(app: Site, ctx: Ctx) -> Response:
     """Enable, disable, run now or remove the task named in the form."""
     form = ctx.request.form
     name, act = form.get("name", ""), form.get("action", "")
@@ -49,7 +46,7 @@ def action(app: WebApp, ctx: Ctx) -> Response:
     return app.back_to_task(ctx, name, {"enable": "enabled", "disable": "disabled"}.get(act, act))
 
 
-def edit(app: WebApp, ctx: Ctx) -> Response:
+def edit(app: Site, ctx: Ctx) -> Response:
     """Show the edit form (GET), or preview or save it (POST)."""
     name = ctx.request.values.get("name", "")
     record = app.store.get(name)
@@ -57,22 +54,28 @@ def edit(app: WebApp, ctx: Ctx) -> Response:
         return edit_form(app, ctx, record, forms.values_of(record), {})
     values = forms.submitted(ctx.request.form)
     changes, errors = forms.changes(values)
-    if not errors and str(record.version) != values["version"]:
-        errors["_form"] = (
-            "someone changed this task since you opened the form; review the current "
-            "definition below and save again"
-        )
-        values = {**forms.values_of(record)}
     if errors or ctx.request.form.get("submit") == "preview":
         return edit_form(app, ctx, record, values, errors, status=400 if errors else 200)
+    # The store writes only if the row is still at the version the form was opened on
+    # (versions start at 1: a form without one never matches).
+    loaded = int(values["version"]) if values["version"].isdigit() else 0
     try:
-        app.store.update(name, **changes)
+        app.store.update(name, expected_version=loaded, force=False, **changes)
+    except EditConflictError:
+        current = app.store.get(name)
+        return edit_form(app, ctx, current, forms.values_of(current), _CONFLICT, status=409)
     except (CronstoreError, ValueError) as exc:
         return edit_form(app, ctx, record, values, forms.store_error(exc), status=400)
     return app.back_to_task(ctx, name, "saved")
 
 
-def new(app: WebApp, ctx: Ctx) -> Response:
+_CONFLICT = {
+    "_form": "someone changed this task since you opened the form; review the current "
+    "definition below and save again"
+}
+
+
+def new(app: Site, ctx: Ctx) -> Response:
     """Show the add form (GET), or preview or add the task (POST)."""
     if ctx.request.method == "GET":
         return edit_form(app, ctx, None, forms.blank(), {})
@@ -84,14 +87,14 @@ def new(app: WebApp, ctx: Ctx) -> Response:
     if errors or ctx.request.form.get("submit") == "preview":
         return edit_form(app, ctx, None, values, errors, status=400 if errors else 200)
     try:
-        app.store.add(name, enabled=values.get("enabled") == "on", **changes)
+        app.store.add(name, enabled=values.get("enabled") == "on", force=False, **changes)
     except (CronstoreError, ValueError) as exc:
         return edit_form(app, ctx, None, values, forms.store_error(exc), status=400)
     return app.back_to_task(ctx, name, "added")
 
 
 def edit_form(
-    app: WebApp,
+    app: Site,
     ctx: Ctx,
     record: PeriodicTask | None,
     values: Mapping[str, str],

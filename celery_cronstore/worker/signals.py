@@ -15,6 +15,7 @@ from typing import Any
 from celery import signals
 
 from celery_cronstore.policy import H_NAME
+from celery_cronstore.states import FireState
 from celery_cronstore.store import runs
 from celery_cronstore.worker.runtime import liveness_for, remember_node, store_for
 
@@ -79,15 +80,17 @@ def _on_postrun(
     task_id = _from_beat(task, getattr(task, "request", None))
     if task_id is None:
         return
-    outcome = {"SUCCESS": "succeeded", "RETRY": "retrying"}.get(state or "", "failed")
+    outcome = {"SUCCESS": FireState.SUCCEEDED, "RETRY": FireState.RETRYING}.get(
+        state or "", FireState.FAILED
+    )
     details: dict[str, Any] = {}
-    if outcome == "succeeded":
+    if outcome == FireState.SUCCEEDED:
         details["result"] = retval
     else:
         details["error"] = f"{type(retval).__name__}: {retval}" if retval is not None else state
     try:
         live = liveness_for(task.app)
-        if outcome == "retrying":
+        if outcome == FireState.RETRYING:
             details["hold"] = live.abandon_after * 4  # the retry's countdown is not known here
         live.finish(task_id, outcome, **details)
     except Exception as exc:

@@ -40,6 +40,7 @@ from celery.utils.time import get_exponential_backoff_interval
 
 from celery_cronstore.config import Config
 from celery_cronstore.policy import H_FIRE, H_INTERVAL, H_NAME, killed_run_age
+from celery_cronstore.states import FireState
 from celery_cronstore.store import Store, runs
 from celery_cronstore.worker import liveness_for, node_of, store_for, use_store
 
@@ -233,7 +234,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             try:
                 if liveness_for(self.app).finish(
                     task_id,
-                    "timed_out",
+                    FireState.TIMED_OUT,
                     error=f"killed by the hard time limit ({exc})",
                     **fence,
                 ):
@@ -301,16 +302,16 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             wait = exc.when if isinstance(exc.when, (int, float)) else None
             self._finish(
                 run,
-                "retrying",
+                FireState.RETRYING,
                 error=f"retry {request.retries + 1}: {exc}",
                 hold=_retry_hold(wait, live.abandon_after),
             )
             raise
         except (Ignore, Reject) as exc:  # the body gave up on purpose: no retry
-            self._finish(run, "failed", error=_error_text(exc))
+            self._finish(run, FireState.FAILED, error=_error_text(exc))
             raise
         except (SoftTimeLimitExceeded, TimeLimitExceeded) as exc:
-            self._finish(run, "timed_out", error=self._timeout_text(run, exc))
+            self._finish(run, FireState.TIMED_OUT, error=self._timeout_text(run, exc))
             raise
         except Exception as exc:
             if int(request.retries or 0) < run.max_retries:
@@ -322,7 +323,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
                 )
                 self._finish(
                     run,
-                    "retrying",
+                    FireState.RETRYING,
                     error=(
                         f"retry {request.retries + 1} of {run.max_retries} in {countdown}s "
                         f"after {_error_text(exc)}"
@@ -334,17 +335,19 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
                 except Retry:
                     raise
                 except Exception as failed:  # the retry could not be sent
-                    self._finish(run, "failed", error=_error_text(failed))
+                    self._finish(run, FireState.FAILED, error=_error_text(failed))
                     raise
-            self._finish(run, "failed", error=_error_text(exc))
+            self._finish(run, FireState.FAILED, error=_error_text(exc))
             raise
         except BaseException as exc:
-            self._finish(run, "failed", error=_error_text(exc))
+            self._finish(run, FireState.FAILED, error=_error_text(exc))
             raise
         if run.saw_out_of_time or (run.deadline is not None and run.now() >= run.deadline):
-            self._finish(run, "timed_out", result=result, error=self._timeout_text(run, None))
+            self._finish(
+                run, FireState.TIMED_OUT, result=result, error=self._timeout_text(run, None)
+            )
         else:
-            self._finish(run, "succeeded", result=result)
+            self._finish(run, FireState.SUCCEEDED, result=result)
         return result
 
     @staticmethod
@@ -372,7 +375,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
                     run.task_id, state, result=result, error=error, hold=hold, run=run.rerun
                 )
             except SoftTimeLimitExceeded:
-                state, hold = "timed_out", None
+                state, hold = FireState.TIMED_OUT, None
                 error = error or self._timeout_text(run, None)
                 continue
             if ended is False:

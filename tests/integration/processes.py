@@ -66,6 +66,12 @@ def beat(extra: tuple[str, ...] = (), scheduler: str = "celery_cronstore.Schedul
 
 
 def worker(name: str, pool: str = "solo") -> list[str]:
+    """A worker's arguments; its node name is ``name`` and this test process's id.
+
+    Node names must be unique per broker: on RabbitMQ a worker's mailbox queue
+    (``<node>.celery.pidbox``) is exclusive, and a second worker of the same name (another
+    xdist worker's test, run at the same time) fails to start with RESOURCE_LOCKED.
+    """
     return [
         "worker",
         "--pool",
@@ -73,7 +79,7 @@ def worker(name: str, pool: str = "solo") -> list[str]:
         "--loglevel",
         "INFO",
         "-n",
-        f"{name}@%h",
+        f"{name}-{os.getpid()}@%h",
         "--without-gossip",
         "--without-mingle",
         "--without-heartbeat",

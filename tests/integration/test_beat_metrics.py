@@ -12,7 +12,8 @@ from processes import beat, celery_env, running, wait_for
 
 from celery_cronstore.store import Store
 
-pytestmark = pytest.mark.slow
+# serial: beat must be up and publishing within the 2 s before the first one-off.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 prometheus = pytest.importorskip("prometheus_client.parser")
 
 

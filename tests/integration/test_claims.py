@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -13,6 +16,29 @@ from celery_cronstore.store import Claimer, Store, fire_task_id
 from celery_cronstore.store.schema import periodic_task
 from celery_cronstore.store.types import EPOCH
 from celery_cronstore.testing import FrozenClock
+
+
+@dataclass
+class Seam:
+    """A task seam (``store.seam.TaskSeam``) standing in for beat's app."""
+
+    watched: Callable[[str], bool] = lambda name: False
+    again: Callable[[str], bool] = lambda name: True
+    #: Task name -> why beat refuses it (not registered) / why its call does not fit.
+    refused: Mapping[str, str] = field(default_factory=dict)
+    misfit: Mapping[str, str] = field(default_factory=dict)
+
+    def registered(self, name: str) -> str | None:
+        return self.refused.get(name)
+
+    def guarded(self, name: str) -> bool:
+        return self.watched(name)
+
+    def redeliverable(self, name: str) -> bool:
+        return self.again(name)
+
+    def call_problem(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        return self.misfit.get(name)
 
 
 def states(store: Store, name: str) -> list[tuple[datetime, str, int]]:
@@ -56,13 +82,14 @@ def test_a_claim_marked_after_its_publish_keeps_the_publish_time(
     """Beat marks a burst's published fires together, later: ``published_at`` (and the
     start lease of a watched fire) count from when each went, to 10 ms."""
     for name in ("a", "b", "c"):
-        store.add(name, task="t", timer="*:*:0/10")
+        store.add(name, task=f"t.{name}", timer="*:*:0/10")
     clock.set(at(10))
-    claimer = Claimer(store, "b1", start_timeout=30)
+    seam = Seam(watched=lambda task: task != "t.b")
+    claimer = Claimer(store, "b1", start_timeout=30, seam=seam)
     claims = {c.name: c for c in claimer.claim_due().claims}
     clock.set(at(11))
     ago = {claims["a"].task_id: 0.2504, claims["b"].task_id: 0.004}  # c: just now
-    assert claimer.mark_published(list(claims.values()), lambda c: c.name != "b", ago) == 3
+    assert claimer.mark_published(list(claims.values()), ago=ago) == 3
     fires = {name: store.history(name)[0] for name in claims}
     assert fires["a"].published_at == at(11) - timedelta(seconds=0.25)
     assert fires["a"].lease_until == at(11) - timedelta(seconds=0.25) + timedelta(seconds=30)
@@ -175,8 +202,11 @@ def test_a_once_timer_added_after_its_instant_follows_the_misfire_policy(
     run_once sends it late, skip records it missed (with a reason); neither fires again,
     and re-enabling a one-off that already fired does not fire it twice."""
     clock.set(at(120))
-    store.add("late", task="t", timer="2026-01-05T12:00:30Z")
-    store.add("late-skip", task="t", timer="2026-01-05T12:00:30Z", misfire_policy="skip")
+    # force: the API refuses a one-off instant already past unless told to keep it.
+    store.add("late", task="t", timer="2026-01-05T12:00:30Z", force=True)
+    store.add(
+        "late-skip", task="t", timer="2026-01-05T12:00:30Z", misfire_policy="skip", force=True
+    )
     assert store.get("late").next_run == at(30)
     claimer = Claimer(store, "b1")
     assert [(c.name, c.fire_time) for c in claimer.claim_due().claims] == [("late", at(30))]
@@ -307,18 +337,17 @@ def test_a_batch_that_loses_a_race_is_rolled_back_and_retried(
 ) -> None:
     """A row changed under a claim (compare-and-set miss) must neither claim half a batch
     nor escape as an exception that would stop beat: the batch is retried whole."""
-    from celery_cronstore.store import claims
+    from celery_cronstore.store import batch, claims
 
     store.add("a", task="t.a", timer="*:*:0/10")
     clock.set(at(10))
     claimer = Claimer(store, "b1")
-    real_write = claims.Claimer._write_rows
 
-    def losing_write(self: Claimer, conn: sa.Connection, batch: object) -> None:
-        real_write(self, conn, batch)  # type: ignore[arg-type]
-        raise claims._Conflict("a due row changed while it was being claimed")
+    def losing_write(conn: sa.Connection, rows: batch.Batch) -> None:
+        batch.write_rows(conn, rows)
+        raise batch.Conflict("a due row changed while it was being claimed")
 
-    monkeypatch.setattr(claims.Claimer, "_write_rows", losing_write)
+    monkeypatch.setattr(claims, "write_rows", losing_write)
     lost = claimer.claim_due()
     assert (lost.claims, lost.rows) == ([], 1)  # nothing claimed; "look again at once"
     assert store.history("a") == []  # the ledger insert was rolled back with the batch
@@ -337,9 +366,10 @@ def test_a_watched_fire_not_started_in_time_is_published_again_under_its_id(
     store.add("watched", task="t.cron", timer="*:*:0/10")
     store.add("plain", task="t.plain", timer="*:*:0/10")
     clock.set(at(10))
-    claimer = Claimer(store, "b1", lease=5, start_timeout=30, max_redeliveries=2)
+    seam = Seam(watched=lambda task: task == "t.cron")
+    claimer = Claimer(store, "b1", lease=5, start_timeout=30, max_redeliveries=2, seam=seam)
     claims = claimer.claim_due().claims
-    assert claimer.mark_published(claims, lambda c: c.task == "t.cron") == 2
+    assert claimer.mark_published(claims) == 2
     first = {c.name: c for c in claims}
 
     clock.set(at(39))  # start lease not yet over
@@ -350,12 +380,12 @@ def test_a_watched_fire_not_started_in_time_is_published_again_under_its_id(
     assert [(c.name, c.task_id, c.attempt) for c in again] == [
         ("watched", first["watched"].task_id, 2)
     ]
-    claimer.mark_published(again, lambda c: True)
+    claimer.mark_published(again)
     clock.set(at(72))
     assert claimer.redeliver_unstarted() == 1  # attempt 2 <= 2: watched once more
     third = claimer.reclaim_expired()
     assert [c.attempt for c in third] == [3]
-    claimer.mark_published(third, lambda c: True)
+    claimer.mark_published(third)
     clock.set(at(200))
     # attempt 3 > max_redeliveries: recorded lost, with the reason, not published again.
     assert claimer.redeliver_unstarted() == 0
@@ -374,11 +404,12 @@ def test_a_plain_fire_whose_message_was_lost_is_recorded_lost_not_sent_twice(
     store.add("plain", task="t.plain", timer="*:*:0/10")
     store.add("late-ack", task="t.late", timer="*:*:0/10")
     clock.set(at(10))
-    claimer = Claimer(store, "b1", lease=5, start_timeout=30)
+    seam = Seam(watched=lambda task: True, again=lambda task: task == "t.late")
+    claimer = Claimer(store, "b1", lease=5, start_timeout=30, seam=seam)
     claims = claimer.claim_due().claims
-    assert claimer.mark_published(claims, lambda c: True) == 2
+    assert claimer.mark_published(claims) == 2
     clock.set(at(41))
-    assert claimer.redeliver_unstarted(lambda task: task == "t.late") == 1
+    assert claimer.redeliver_unstarted() == 1
     assert [c.name for c in claimer.reclaim_expired()] == ["late-ack"]
     (plain,) = store.history("plain")
     assert plain.state == "lost"
@@ -391,9 +422,9 @@ def test_no_redelivery_once_the_fire_started(store: Store, clock: FrozenClock) -
 
     store.add("watched", task="t.cron", timer="*:*:0/10")
     clock.set(at(10))
-    claimer = Claimer(store, "b1", lease=5, start_timeout=30)
+    claimer = Claimer(store, "b1", lease=5, start_timeout=30, seam=Seam(watched=lambda t: True))
     claims = claimer.claim_due().claims
-    claimer.mark_published(claims, lambda c: True)
+    claimer.mark_published(claims)
     clock.set(at(11))
     start_fire(store.db, claims[0].task_id, node="w1", retries=0)
     clock.set(at(100))
@@ -446,19 +477,19 @@ def test_a_batch_whose_row_changed_under_it_is_rolled_back_whole(
 ) -> None:
     """The batch's row update (one statement on PostgreSQL) is fenced on each row's
     version: one row that moved on makes the whole batch go back, ledger included."""
-    from celery_cronstore.store import claims
+    from celery_cronstore.store import batch
 
     for name in ("a", "b", "c"):
         store.add(name, task="t", timer="*:*:0/10")
     clock.set(at(10))
-    real_updates = claims._Batch.updates
+    real_updates = batch.Batch.updates
 
-    def one_stale(self: claims._Batch) -> list[dict[str, object]]:
+    def one_stale(self: batch.Batch) -> list[dict[str, object]]:
         rows = real_updates(self)
         rows[1] = {**rows[1], "b_version": int(rows[1]["b_version"]) + 1}  # type: ignore[call-overload]
         return rows
 
-    monkeypatch.setattr(claims._Batch, "updates", one_stale)
+    monkeypatch.setattr(batch.Batch, "updates", one_stale)
     lost = Claimer(store, "b1").claim_due()
     assert (lost.claims, lost.conflict) == ([], True)
     assert [store.get(n).next_run for n in "abc"] == [at(10)] * 3
@@ -496,3 +527,30 @@ def test_a_row_moved_back_onto_a_recorded_fire_costs_only_itself(
     assert [(c.name, c.fire_time) for c in second.claims] == [("b", at(10))]
     assert [(t, s) for t, s, _ in states(store, "a")] == [(at(10), "claimed")]
     assert (store.get("a").next_run, store.get("a").error) == (at(20), None)
+
+
+def test_the_seam_refuses_a_task_and_a_call_for_the_claim_and_the_take_over(
+    store: Store, clock: FrozenClock
+) -> None:
+    """What beat's app says about a task (not registered; args that do not fit) puts its
+    row in error at the claim, closes a lapsed claim of it instead of re-publishing, and
+    refuses a run-now."""
+    store.add("unknown", task="t.unknown", timer="*:*:0/10")
+    store.add("misfit", task="t.misfit", timer="*:*:0/10")
+    store.add("fine", task="t.fine", timer="*:*:0/10")
+    seam = Seam(refused={"t.unknown": "not registered"}, misfit={"t.misfit": "args do not fit"})
+    clock.set(at(10))
+    result = Claimer(store, "dead", lease=5, seam=seam).claim_due()  # never publishes
+    (claim,) = result.claims
+    assert claim.name == "fine"
+    assert sorted(result.errors) == [("misfit", "args do not fit"), ("unknown", "not registered")]
+    assert store.get("unknown").error == "not registered"
+
+    clock.set(at(16))  # the dead beat's lease ran out; the row no longer fits meanwhile
+    later = Seam(misfit={"t.fine": "args do not fit any more"})
+    assert Claimer(store, "alive", lease=5, seam=later).reclaim_expired() == []
+    fire = store.fire_by_task_id(claim.task_id)
+    assert fire is not None
+    assert (fire.state, fire.reason) == ("dropped", "not re-published: args do not fit any more")
+    with pytest.raises(ValueError, match="cannot be sent: not registered"):
+        Claimer(store, "cli", seam=seam).claim_now("unknown")

@@ -226,7 +226,7 @@ def test_abandon_policy_option(run: Run, store: Store) -> None:
     run("edit", "a", "--timer", "every 10m")  # not given: unchanged
     assert store.get("a").abandon_policy == "leave"
     refused = run("edit", "a", "--abandon-policy", "twice", code=2).output
-    assert "'twice' is not one of 'leave', 'rerun'" in refused
+    assert "abandon_policy must be one of ('leave', 'rerun'), got 'twice'" in refused
     run("add", "b", "--task", "t", "--timer", "every 5m")
     assert store.get("b").abandon_policy == "leave"
 
@@ -314,7 +314,9 @@ def test_run_now_respects_the_allowlist(db_url: str) -> None:
     app = make_app(db_url)
     app.conf.cronstore_task_allowlist = ["safe."]
     run = runner_for(app)
-    run("add", "a", "--task", "danger.rm", "--timer", "every 1h")
+    refused = run("add", "a", "--task", "danger.rm", "--timer", "every 1h", code=2).stderr
+    assert "task 'danger.rm' is not in cronstore_task_allowlist, or give --force" in refused
+    run("add", "a", "--task", "danger.rm", "--timer", "every 1h", "--force")
     assert "not in cronstore_task_allowlist" in run("run-now", "a", code=1).stderr
 
 
@@ -412,9 +414,14 @@ def test_missing_schema_names_the_fix(tmp_path: Path) -> None:
 
 def test_no_password_in_errors_when_the_database_is_down() -> None:
     run = runner_for(make_app(f"postgresql+psycopg://cron:{PASSWORD}@127.0.0.1:1/cron"))
-    for args in (("list",), ("health",), ("migrate",), ("show", "a")):
+    for args in (("list",), ("health",), ("migrate",), ("show", "a"), ("disable", "a")):
         result = run(*args, code=1)
-        assert result.stderr.startswith("Error: database error")
+        assert result.stderr.startswith(
+            "Error: the cronstore database postgresql+psycopg://cron:***@127.0.0.1:1/cron "
+            "is unreachable or refused the connection: "
+        ), result.stderr
+        assert "Connection refused" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, "one clean line"
         assert PASSWORD not in result.output
 
 
@@ -467,7 +474,7 @@ def test_no_password_in_output_when_the_url_has_one(url_with_password: str) -> N
     if wrong.get_backend_name() == "mysql":  # PostgreSQL here trusts loopback; SQLite has none
         run = runner_for(make_app(wrong.render_as_string(hide_password=False)))
         result = run("list", code=1)
-        assert "database error" in result.stderr
+        assert 'refused the connection: (1045, "Access denied' in result.stderr
         assert PASSWORD not in result.output
 
 

@@ -21,6 +21,8 @@ import sqlalchemy as sa
 from celery import Celery
 from conftest import POSTGRES_URL, need_service
 from django_setup import configure
+from refusals import GOOD, REFUSALS, as_text
+from refusals import make_app as make_refusing_app
 from test_hostile_input import HOSTILE
 from test_web import HTML_HOSTILE
 from timeline import T0
@@ -63,6 +65,7 @@ def celery_app(db_url: str) -> Celery:
     app = Celery(f"admin-{uuid.uuid4().hex[:6]}", broker="memory://", set_as_current=False)
     app.conf.cronstore_url = db_url
     app.conf.task_ignore_result = True
+    app.conf.cronstore_require_registered = False  # its tasks live in other services
     return app
 
 
@@ -228,6 +231,7 @@ def form_of(store: Store, current: str, /, **changes: str) -> dict[str, str]:
         "max_retries": "0",
         "owner_type": task.owner_type or "",
         "owner_id": task.owner_id or "",
+        "loaded_version": str(task.version),
     }
     values.update(changes)
     return {k: v for k, v in values.items() if not (k == "enabled" and not v)}
@@ -275,6 +279,27 @@ def test_a_good_edit_replans_the_next_run(client: Any, store: Store) -> None:
     assert "fires next at" in text_of(client.get(response["Location"]))
 
 
+def test_an_edit_racing_another_is_refused_with_a_form_error(client: Any, store: Store) -> None:
+    seed(store)
+    before = store.get("poll-1")
+    url = f"{URL}{before.id}/change/"
+    page = client.get(url).content.decode()
+    assert f'name="loaded_version" value="{before.version}"' in page
+    assert 'type="hidden" name="loaded_version"' in page
+    stale = form_of(store, "poll-1", description="mine", timer="every 10m")
+    meanwhile = store.update("poll-1", description="saved meanwhile", args=[7])
+    response = client.post(url, stale)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.non_field_errors()
+    assert len(errors) == 1
+    assert "changed by someone else" in errors[0]
+    assert "reload" in errors[0]
+    assert store.get("poll-1") == meanwhile, "the stale form wrote nothing"
+    fresh = client.post(url, form_of(store, "poll-1", description="mine"))
+    assert fresh.status_code == 302, fresh.context["adminform"].form.errors
+    assert store.get("poll-1").description == "mine"
+
+
 def test_the_abandon_policy_is_edited_through_the_store(client: Any, store: Store) -> None:
     seed(store)
     url = f"{URL}{pk_of(store, 'poll-1')}/change/"
@@ -285,7 +310,11 @@ def test_the_abandon_policy_is_edited_through_the_store(client: Any, store: Stor
     bad = client.post(url, form_of(store, "poll-1", abandon_policy="twice"))
     assert bad.status_code == 200
     errors = bad.context["adminform"].form.errors
-    assert "twice is not one of the available choices" in errors["abandon_policy"][0]
+    # The message every window gives (the field table's).
+    assert (
+        "abandon_policy must be one of ('leave', 'rerun'), got 'twice'"
+        in errors["abandon_policy"][0]
+    )
     assert store.get("poll-1").abandon_policy == "rerun"
 
 
@@ -411,3 +440,78 @@ def test_cronstore_migrate_and_no_django_schema(client: Any, store: Store) -> No
     added = StringIO()
     call_command("sqlmigrate", "cronstore", "0002", stdout=added)
     assert "ALTER TABLE" not in added.getvalue().upper()
+
+
+# -- the field table: the same refusals as every window, and a new field --------------------
+
+
+def add_form(values: dict[str, str]) -> dict[str, str]:
+    form = {
+        "name": "admin-added",
+        "task": "",
+        "enabled": "on",
+        "description": "",
+        "timer": "",
+        "timer_kind": "",
+        "tz": "UTC",
+        "args": "[]",
+        "kwargs": "{}",
+        "options": "{}",
+        "misfire_policy": "run_once",
+        "misfire_limit": "100",
+        "overlap_policy": "allow",
+        "abandon_policy": "leave",
+        "start_deadline": "",
+        "tolerance": "",
+        "max_retries": "0",
+        "owner_type": "",
+        "owner_id": "",
+    }
+    form.update(values)
+    return form
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "field", "message"), REFUSALS, ids=[c[0] for c in REFUSALS]
+)
+def test_the_admin_refuses_what_every_window_refuses(
+    client: Any,
+    store: Store,
+    db_url: str,
+    case: str,
+    change: dict[str, Any],
+    field: str,
+    message: str,
+) -> None:
+    from django.test import override_settings
+
+    from celery_cronstore.fields import field as spec_of
+
+    with override_settings(CRONSTORE_STORE=store, CRONSTORE_CELERY_APP=make_refusing_app(db_url)):
+        good = client.post(f"{URL}add/", add_form(as_text(GOOD)))
+        assert good.status_code == 302, good.context["adminform"].form.errors
+        store.remove("admin-added")
+        response = client.post(f"{URL}add/", add_form(as_text({**GOOD, **change})))
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert message in errors[spec_of(field).key][0], errors
+    assert store.list() == []
+
+
+def test_a_field_added_to_the_table_is_in_the_admin_form(
+    client: Any, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery_cronstore import fields
+    from celery_cronstore.contrib.django.forms import build_form
+
+    note = fields.Field("note", str, "", "A note for the operators.", max_chars=50)
+    monkeypatch.setattr(fields, "FIELDS", [*fields.FIELDS, note])
+    assert "note" in build_form().base_fields
+    page = client.get(f"{URL}add/").content.decode()
+    assert 'name="note"' in page
+    assert "A note for the operators." in page
+    response = client.post(f"{URL}add/", add_form({**as_text(GOOD), "note": "n" * 51}))
+    errors = response.context["adminform"].form.errors
+    assert "note is longer than 50 characters" in errors["note"][0]
+    monkeypatch.undo()
+    assert "note" not in build_form().base_fields

@@ -365,16 +365,13 @@ def test_a_run_without_headers_gets_a_deadline_from_its_soft_limit(env: Env) -> 
 
 
 def test_beat_sends_a_crontask_with_its_time_box(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    from types import SimpleNamespace
-
-    from celery_cronstore.beat.scheduler import Scheduler
+    from celery_cronstore.beat.publish import publish
 
     env.add()
     claim = env.claim(at(60))
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(env.task, "apply_async", lambda **options: sent.append(options))
-    beat = SimpleNamespace(app=env.app)
-    Scheduler._send(beat, claim, producer=None)
+    publish(env.app, claim)
     (options,) = sent
     assert options["task_id"] == claim.task_id
     assert (options["soft_time_limit"], options["time_limit"]) == (30.0, 60.0)
@@ -382,8 +379,8 @@ def test_beat_sends_a_crontask_with_its_time_box(env: Env, monkeypatch: pytest.M
     # An explicit soft limit in the periodic task's options wins; the run still ends at
     # the next fire (the hard limit), or one second after a longer soft limit.
     sent.clear()
-    Scheduler._send(beat, replace(claim, options={"soft_time_limit": 5}), producer=None)
+    publish(env.app, replace(claim, options={"soft_time_limit": 5}))
     assert (sent[0]["soft_time_limit"], sent[0]["time_limit"]) == (5, 60.0)
     sent.clear()
-    Scheduler._send(beat, replace(claim, options={"soft_time_limit": 90}), producer=None)
+    publish(env.app, replace(claim, options={"soft_time_limit": 90}))
     assert (sent[0]["soft_time_limit"], sent[0]["time_limit"]) == (90, 91.0)

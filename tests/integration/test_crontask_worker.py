@@ -28,7 +28,9 @@ from celery_cronstore.records import Fire
 from celery_cronstore.store import Claim, Claimer, Store
 from celery_cronstore.store.schema import periodic_task
 
-pytestmark = pytest.mark.slow
+# serial: a time box struck within 2-4 s, heartbeats against a 2 s abandon limit, and one
+# module-scoped prefork worker shared by every test.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[2]
 

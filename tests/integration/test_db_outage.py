@@ -15,7 +15,8 @@ from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.store import Store
 from harness.tcp_proxy import Proxy
 
-pytestmark = pytest.mark.postgres
+# serial: counts fires and back-off sleeps of a real-time ticking beat.
+pytestmark = [pytest.mark.postgres, pytest.mark.serial]
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from celery import Celery
 from sqlalchemy.exc import DBAPIError
 
 from celery_cronstore.beat.scheduler import Scheduler
+from celery_cronstore.errors import StoreUnavailableError
 from celery_cronstore.store import Store, runs
 from celery_cronstore.testing import FrozenClock
 
@@ -172,7 +173,7 @@ def test_beat_and_worker_run_with_exactly_the_documented_grants(
         with pytest.raises(DBAPIError), engine.begin() as conn:
             conn.exec_driver_sql("DROP TABLE cronstore_beat")
         engine.dispose()
-    with pytest.raises(DBAPIError):
+    with pytest.raises(StoreUnavailableError, match="denied"):  # the store's own error
         worker_store.add("intruder", task="x.run", timer="hourly")
     scheduler.close()
     worker_store.close()

@@ -23,8 +23,10 @@ from celery_cronstore.testing import FrozenClock
 from celery_cronstore.timers import parse_timer
 from harness.cluster import FAKETIME
 
+# serial: seven beats under libfaketime at 60x must start within 4 real seconds.
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.serial,
     pytest.mark.skipif(
         FAKETIME is None and os.environ.get("CI", "").lower() != "true",
         reason="libfaketime is not installed (Debian: apt install faketime)",

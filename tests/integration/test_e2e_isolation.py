@@ -295,6 +295,7 @@ HEALTHY = {f"calendar-{i}": "*:*:*" for i in range(3)} | {
         pytest.param("mysql", 3, marks=pytest.mark.mysql, id="mysql"),
     ],
 )
+@pytest.mark.serial  # up to three beats must keep an unbroken 1-second grid in real time
 def test_a_next_run_moved_onto_a_recorded_fire_is_planned_past_on_every_replica(
     request: pytest.FixtureRequest,
     tmp_path: Path,
@@ -409,6 +410,7 @@ FREEZE = 20.0
 
 
 @pytest.mark.parametrize("store_kind", SERVERS)
+@pytest.mark.serial  # asserts the healthy beats' CPU use and takeover within the lease
 def test_a_beat_frozen_mid_claim_is_taken_over_within_the_lease_without_spinning(
     request: pytest.FixtureRequest, tmp_path: Path, redis_url: str, store_kind: str
 ) -> None:

@@ -19,7 +19,8 @@ from processes import beat, celery_env, deliveries, running, wait_for, worker
 
 from celery_cronstore.store import Store
 
-pytestmark = [pytest.mark.slow, pytest.mark.redis]
+# serial: three beats and two workers must keep an unbroken 1-second grid for a minute.
+pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.serial]
 
 SECONDS = float(os.environ.get("CRONSTORE_E2E_SECONDS", "60"))
 TIMERS = {

@@ -14,14 +14,15 @@ from celery_cronstore.store.claims import PEEK_REUSE
 from celery_cronstore.store.retention import Pruner
 from celery_cronstore.store.schema import fire, periodic_task
 
-pytestmark = pytest.mark.postgres
+# serial: sub-second windows (PEEK_REUSE) between real-time looks.
+pytestmark = [pytest.mark.postgres, pytest.mark.serial]
 
 
 class Counting:
     """Counts the statements a claimer's held connection runs."""
 
     def __init__(self, claimer: Claimer) -> None:
-        held = claimer._held
+        held = claimer.look.held
         assert held is not None, "PostgreSQL on its own clock holds a connection"
         self.calls = 0
         original = held.one
@@ -124,7 +125,7 @@ def test_a_burst_count_runs_on_the_held_connection_and_agrees_with_the_pool(
             )
     held = Claimer(direct, "b1", hold=True)
     pooled = Claimer(direct, "b2", hold=False)
-    assert pooled._held is None
+    assert pooled.look.held is None
     try:
         counting = Counting(held)
         until = now + timedelta(seconds=6.5)  # t0..t5, t3 disabled

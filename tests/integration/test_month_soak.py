@@ -21,7 +21,8 @@ from conftest import MYSQL_URL, POSTGRES_URL, need_service
 from harness.month import Settings, database, simulate
 from harness.month_judge import Report
 
-pytestmark = pytest.mark.slow
+# serial: CPU-bound, and judged on idle-tick cost and memory growth (benchmark-like).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SHORT = Settings(
     tasks=50,

@@ -15,6 +15,9 @@ from celery_cronstore.store import Store
 from celery_cronstore.store.schema import periodic_task
 from celery_cronstore.store.vacuum import table_stats, vacuum
 
+# serial: waits on PostgreSQL's statistics and a VACUUM within fixed times.
+pytestmark = pytest.mark.serial
+
 
 def _dead(store: Store) -> int:
     (tasks,) = [t for t in table_stats(store.db) if t.name == periodic_task.name]

@@ -13,6 +13,8 @@ from celery.schedules import crontab
 from queues import drain
 from timeline import T0
 
+from celery_cronstore.beat.dispatch import Dispatcher
+from celery_cronstore.beat.loop import Loop
 from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.store import Store
 from celery_cronstore.testing import FrozenClock
@@ -50,6 +52,12 @@ def make(app: Celery, store: Store) -> Scheduler:
     return scheduler
 
 
+def loop_of(scheduler: Scheduler) -> Loop:
+    """The parts of a scheduler whose store is open."""
+    assert scheduler.loop is not None
+    return scheduler.loop
+
+
 def sent(app: Celery) -> list[dict[str, Any]]:
     """Drain the in-memory queue 'q': one dict of headers + args per message."""
     return [{**message.headers, "args": message.payload[0]} for message in drain(app)]
@@ -58,6 +66,7 @@ def sent(app: Celery) -> list[dict[str, Any]]:
 def test_lazy_construction_touches_nothing(app: Celery, url: str, tmp_path: Path) -> None:
     scheduler = Scheduler(app, lazy=True)
     assert scheduler.store is None
+    assert scheduler.loop is None
     assert not (tmp_path / "cronstore.sqlite").exists()
     scheduler.close()
     scheduler.close()  # beat calls close() twice on SIGTERM
@@ -98,7 +107,7 @@ def test_broker_outage_keeps_claims_and_publishes_them_later(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise ConnectionError("broker down")
 
-    monkeypatch.setattr(scheduler, "_send", broken)
+    monkeypatch.setattr(Dispatcher, "send", broken)
     assert scheduler.tick() > 0  # backs off
     assert store.history("a")[0].state == "claimed"
     monkeypatch.undo()
@@ -195,7 +204,7 @@ def test_housekeeping_publishes_a_silent_worker_s_fire_again_when_it_may(
     assert runs.start_fire(store.db, first["guarded"], node="w1", abandon_after=30).started
     assert runs.record_start(store.db, first["plain"], node="w1", abandon_after=30) == 0
     clock.set(T0 + timedelta(hours=1, seconds=31))  # both workers went silent
-    scheduler._next_housekeeping = 0.0
+    loop_of(scheduler).chores.next_due = 0.0
     scheduler.tick()
     assert [(m["id"], m["cronstore_name"]) for m in sent(app)] == [(first["guarded"], "guarded")]
     guarded, plain = store.fire_by_task_id(first["guarded"]), store.fire_by_task_id(first["plain"])

@@ -14,7 +14,9 @@ from celery import Celery
 from timeline import T0
 
 from celery_cronstore.beat import chores as upkeep
+from celery_cronstore.beat.chores import Chores
 from celery_cronstore.beat.scheduler import Scheduler
+from celery_cronstore.errors import StoreUnavailableError
 from celery_cronstore.store import Store
 from celery_cronstore.store.retention import Pruner
 from celery_cronstore.store.schema import fire
@@ -66,22 +68,35 @@ def ledger_size(store: Store) -> int:
         return int(conn.execute(sa.select(sa.func.count()).select_from(fire)).scalar_one())
 
 
+def chores_of(scheduler: Scheduler) -> Chores:
+    assert scheduler.loop is not None
+    return scheduler.loop.chores
+
+
+def pruner_of(scheduler: Scheduler) -> Pruner:
+    pruner = chores_of(scheduler).pruner
+    assert pruner is not None
+    return pruner
+
+
 def housekeep(scheduler: Scheduler) -> None:
-    scheduler._next_housekeeping = 0.0  # as if HEARTBEAT_EVERY seconds went by
+    chores_of(scheduler).next_due = 0.0  # as if HEARTBEAT_EVERY seconds went by
     scheduler.tick()
 
 
 def make(app: Celery, store: Store, batch: int = 1000) -> Scheduler:
     scheduler = Scheduler(app, lazy=True)
     scheduler.store = store  # share the frozen clock
-    scheduler._pruner = Pruner(store.db, batch=batch)
+    scheduler.setup_schedule()  # open the store and build the parts, no tick yet
+    chores_of(scheduler).pruner = Pruner(store.db, batch=batch)
     return scheduler
 
 
 def finish(scheduler: Scheduler) -> None:
     """Wait for the prune thread, if housekeeping started one."""
-    if scheduler._finisher is not None:
-        assert scheduler._finisher.wait(10), "the prune thread did not end"
+    finisher = chores_of(scheduler).finisher
+    if finisher is not None:
+        assert finisher.wait(10), "the prune thread did not end"
 
 
 def test_without_room_the_rest_of_the_pass_goes_on_off_the_beat_thread(
@@ -91,15 +106,14 @@ def test_without_room_the_rest_of_the_pass_goes_on_off_the_beat_thread(
     write_history(store, 40, 25)  # 24 may go (the newest stays)
     write_history(store, 1, 5)  # recent: stays
     scheduler = make(app, store, batch=10)
-    assert scheduler._pruner is not None
     threads: list[str] = []
-    step = scheduler._pruner.step
+    step = pruner_of(scheduler).step
 
     def watched(*args: object, **kwargs: object) -> object:
         threads.append(threading.current_thread().name)
         return step(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(scheduler._pruner, "step", watched)
+    monkeypatch.setattr(pruner_of(scheduler), "step", watched)
     housekeep(scheduler)
     finish(scheduler)
     assert ledger_size(store) == 6
@@ -114,10 +128,9 @@ def test_beat_starts_no_pass_while_the_prune_thread_runs(
     monkeypatch.setattr(upkeep, "PRUNE_BUDGET", 0.0)
     write_history(store, 40, 25)
     scheduler = make(app, store, batch=10)
-    assert scheduler._pruner is not None
     calls: list[str] = []
     release = threading.Event()
-    step = scheduler._pruner.step
+    step = pruner_of(scheduler).step
 
     def held(*args: object, **kwargs: object) -> object:
         calls.append(threading.current_thread().name)
@@ -125,9 +138,9 @@ def test_beat_starts_no_pass_while_the_prune_thread_runs(
             release.wait(10)
         return step(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(scheduler._pruner, "step", held)
+    monkeypatch.setattr(pruner_of(scheduler), "step", held)
     housekeep(scheduler)  # one batch here, then the thread holds in its first batch
-    scheduler._pruner.resume_at = 0.0
+    pruner_of(scheduler).resume_at = 0.0
     housekeep(scheduler)
     assert calls == ["MainThread", "cronstore-prune"]  # no second pass meanwhile
     release.set()
@@ -152,7 +165,7 @@ def test_an_in_memory_store_prunes_one_batch_per_housekeeping(
     for _ in range(4):
         housekeep(scheduler)
         sizes.append(ledger_size(store))
-    assert scheduler._finisher is None
+    assert chores_of(scheduler).finisher is None
     assert sizes == [20, 10, 6, 6]  # 10 rows read per housekeeping, never more
     scheduler.close()
 
@@ -167,8 +180,7 @@ def test_a_backlog_drains_in_batches_within_the_budget(
     assert ledger_size(store) == 6
     write_history(store, 39, 25)  # another task: 24 may go
     monkeypatch.setattr(upkeep, "PRUNE_BUDGET", 0.0)
-    assert scheduler._pruner is not None
-    scheduler._pruner.resume_at = 0.0  # a minute later
+    pruner_of(scheduler).resume_at = 0.0  # a minute later
     housekeep(scheduler)
     finish(scheduler)
     # No budget: one batch here, the rest of the pass on the prune thread.
@@ -187,15 +199,14 @@ def test_pruning_stops_short_of_the_next_fire(
     store.add("soon", task="x.do", timer=(T0 + timedelta(seconds=0.1)).isoformat())
     scheduler = make(app, store, batch=10)
     housekeep(scheduler)
-    assert scheduler._finisher is not None  # one batch here: the fire comes first
+    assert chores_of(scheduler).finisher is not None  # one batch here: the fire comes first
     finish(scheduler)
     assert ledger_size(store) == 6
     write_history(store, 39, 25)  # another task: 24 may go
     store.disable("soon")
-    assert scheduler._pruner is not None
-    scheduler._pruner.resume_at = 0.0
+    pruner_of(scheduler).resume_at = 0.0
     housekeep(scheduler)
-    assert scheduler._finisher is None  # room enough: no thread
+    assert chores_of(scheduler).finisher is None  # room enough: no thread
     assert ledger_size(store) == 7
     scheduler.close()
 
@@ -206,8 +217,7 @@ def test_after_a_pass_beat_waits_before_pruning_again(app: Celery, store: Store)
     write_history(store, 40, 3)
     housekeep(scheduler)
     assert ledger_size(store) == 3  # the idle pause: no prune query this time
-    assert scheduler._pruner is not None
-    scheduler._pruner.resume_at = 0.0  # a minute later
+    pruner_of(scheduler).resume_at = 0.0  # a minute later
     housekeep(scheduler)
     assert ledger_size(store) == 1
     scheduler.close()
@@ -226,15 +236,15 @@ def test_a_failed_prune_never_stops_the_tick(
     app: Celery, store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     scheduler = make(app, store)
-    assert scheduler._pruner is not None
 
     def broken(*args: object, **kwargs: object) -> None:
-        raise sa.exc.OperationalError("DELETE", {}, Exception("database is locked"))
+        raise StoreUnavailableError("sqlite:///cronstore.sqlite", "database is locked")
 
-    monkeypatch.setattr(scheduler._pruner, "step", broken)
+    monkeypatch.setattr(pruner_of(scheduler), "step", broken)
     housekeep(scheduler)
     assert "pruning the fire ledger failed" in caplog.text
-    assert scheduler._failures == 0
+    assert scheduler.loop is not None
+    assert scheduler.loop.backoff.failures == 0
     scheduler.close()
 
 

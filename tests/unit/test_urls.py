@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import NoSuchModuleError
 
-from celery_cronstore.urls import driver_hint, url_problem
+from celery_cronstore.store.urls import driver_hint, url_problem
 
 SECRET = "s3cret-pw"
 

@@ -36,7 +36,7 @@ from celery_cronstore.contrib.django.filters import (
     OwnerTypeFilter,
 )
 from celery_cronstore.contrib.django.formatting import action, describe, display, html, local
-from celery_cronstore.contrib.django.forms import PeriodicTaskForm
+from celery_cronstore.contrib.django.forms import PeriodicTaskForm, build_form, edited
 from celery_cronstore.contrib.django.history import HISTORY_PAGE, FireHistoryAdmin
 from celery_cronstore.contrib.django.models import PeriodicTask
 from celery_cronstore.errors import CronstoreError
@@ -112,7 +112,9 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
         "recent_fires",
     )
     fieldsets = (
-        (None, {"fields": ("name", "task", "enabled", "description")}),
+        # loaded_version: hidden, the version the page was opened on (the store refuses
+        # to save over a newer one).
+        (None, {"fields": ("name", "task", "enabled", "description", "loaded_version")}),
         ("Timer", {"fields": ("timer", "timer_kind", "tz", "upcoming")}),
         ("Arguments", {"fields": ("args", "kwargs", "options")}),
         (
@@ -169,7 +171,27 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
         # The name is the key the store updates by; renaming is not part of its API.
         return ("name", *self.readonly_fields) if obj is not None else ()
 
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        # The form's fields come from the field table as it is now (not at import).
+        readonly = tuple(self.get_readonly_fields(request, obj))
+        kwargs["form"] = build_form(exclude=readonly)
+        return super().get_form(request, obj, change, **kwargs)
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        shown = {
+            name
+            for _, opts in self.fieldsets
+            for entry in opts["fields"]
+            for name in ((entry,) if isinstance(entry, str) else entry)
+        }
+        more = tuple(key for key in edited() if key not in shown)
+        if more:  # a field of the table this layout does not place yet
+            return (*self._fieldsets(obj), ("More", {"fields": more}))
+        return self._fieldsets(obj)
+
+    def _fieldsets(self, obj: Any) -> Any:
         if obj is not None:
             return self.fieldsets
         # Adding: nothing to show yet but the editable fields.

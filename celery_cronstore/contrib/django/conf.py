@@ -17,7 +17,6 @@ Both are resolved at first use and kept; ``override_settings`` clears them.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
 from importlib import import_module
@@ -28,7 +27,7 @@ from django.core.signals import setting_changed
 
 from celery_cronstore.store import Store
 
-__all__ = ["NoCeleryApp", "celery_app", "database", "get_store", "reset"]
+__all__ = ["NoCeleryApp", "celery_app", "checked_store", "database", "get_store", "reset"]
 
 _lock = threading.RLock()  # resolving the store may resolve the app
 _cache: dict[str, Any] = {}
@@ -93,7 +92,7 @@ def _find_store() -> Store:
             raise TypeError(f"CRONSTORE_STORE gave {store!r}, not a celery_cronstore Store")
         return store
     _cache["own_store"] = True  # built here: reset() closes it
-    from celery_cronstore.calls import call_problem
+    from celery_cronstore.catalog import TaskCatalog
     from celery_cronstore.contrib.django import store_url_from_django
 
     try:
@@ -102,7 +101,24 @@ def _find_store() -> Store:
         return Store(store_url_from_django(database()))
     if app.conf.get("cronstore_url"):
         return Store.from_app(app)  # the configuration beat reads
-    return Store(store_url_from_django(database()), call_check=functools.partial(call_problem, app))
+    return Store(store_url_from_django(database()), seam=TaskCatalog(app))
+
+
+def checked_store() -> Store:
+    """Return the store the admin writes through, checking task names with the Celery
+    app when the store was built without it (``CRONSTORE_STORE``): the admin refuses an
+    unknown task and args that do not fit as the command line does."""
+    from celery_cronstore.catalog import TaskCatalog
+    from celery_cronstore.store.seam import NullSeam
+
+    store = get_store()
+    if not isinstance(store.seam, NullSeam):
+        return store
+    try:
+        app = celery_app()
+    except (NoCeleryApp, ImportError):
+        return store
+    return store.checked_by(TaskCatalog(app))
 
 
 def _cached(key: str, make: Callable[[], Any]) -> Any:

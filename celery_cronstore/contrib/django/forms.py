@@ -1,59 +1,41 @@
-"""The admin's edit form: shape checks here, everything else by the ``Store`` API.
+"""The admin's edit form: built from the field table, written through the ``Store`` API.
 
-The form parses JSON and numbers; the store validates the timer, the policies, lengths and
-the call signature, and plans the next fire. Its write happens while the form validates
+Its fields come from :mod:`celery_cronstore.fields` (:func:`build_form`, called for every
+admin request), and each value is parsed and checked there: a bad value gets the message
+every other window gives. The store then refuses what needs the database or the Celery
+app (the timer's zone, an unknown task, args that do not fit, a one-off instant already
+past) and plans the next fire. Its write happens while the form validates
 (``_post_clean``), so a refusal is shown next to the field it names, as a form error,
 instead of a server error after validation.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
-from django.core.exceptions import ValidationError
 
+from celery_cronstore import fields
 from celery_cronstore.contrib.django import conf
 from celery_cronstore.contrib.django.models import PeriodicTask
-from celery_cronstore.errors import DuplicateTaskError, TimerError
-from celery_cronstore.records import ABANDON_POLICIES
+from celery_cronstore.errors import DuplicateTaskError, EditConflictError, TimerError
 from celery_cronstore.records import PeriodicTask as TaskRecord
-from celery_cronstore.timers import KINDS
 
-__all__ = ["PeriodicTaskForm", "field_of"]
+__all__ = ["PeriodicTaskForm", "build_form", "edited", "field_of", "form_fields"]
 
-MISFIRE = ("run_once", "run_all", "skip")
-OVERLAP = ("allow", "skip")
-ABANDON = ABANDON_POLICIES
-#: Store keywords the form edits (owner_type/owner_id become ``owner``).
-EDITED = (
-    "name",
-    "task",
-    "enabled",
-    "timer",
-    "timer_kind",
-    "tz",
-    "args",
-    "kwargs",
-    "options",
-    "description",
-    "misfire_policy",
-    "misfire_limit",
-    "overlap_policy",
-    "abandon_policy",
-    "start_deadline",
-    "tolerance",
-    "max_retries",
-    "owner_type",
-    "owner_id",
-)
+#: Model fields the form edits besides the table's (the owner, as two columns).
+OWNER = ("owner_type", "owner_id")
 _TIMER = ("timer", "timer_kind", "tz")
-_JSON: dict[str, type[list[Any]] | type[dict[str, Any]]] = {
-    "args": list,
-    "kwargs": dict,
-    "options": dict,
-}
+#: Help for the timer beyond the table's (the admin has no live preview).
+_TIMER_HELP = (
+    "systemd calendar (Mon..Fri 09:00), cron (0 9 * * 1-5), interval (every 5m) or one "
+    "instant (2026-05-01 09:00)."
+)
+
+
+def edited() -> tuple[str, ...]:
+    """Return the form's field names: the table's (as model columns) and the owner's."""
+    return (*(f.key for f in fields.table() if f.name != "owner"), *OWNER)
 
 
 def field_of(exc: Exception) -> str | None:
@@ -61,9 +43,13 @@ def field_of(exc: Exception) -> str | None:
     text = str(exc)
     if isinstance(exc, DuplicateTaskError):
         return "name"
+    if isinstance(exc, fields.FieldValueError):
+        spec = fields.by_name().get(exc.field)
+        if spec is not None:
+            return "owner_id" if spec.name == "owner" else spec.key
     if isinstance(exc, TimerError):
         return "tz" if "time zone" in text else "timer"
-    for key in EDITED:
+    for key in edited():
         if text.startswith(f"{key} ") or text.startswith(f"{key}:"):
             return key
     return None
@@ -76,84 +62,47 @@ def _json_widget() -> forms.Textarea:
 class PeriodicTaskForm(forms.ModelForm):  # type: ignore[misc]  # Django ships no types
     """Add or edit a periodic task; a valid form has been written through the store."""
 
-    timer = forms.CharField(
-        max_length=500,
-        help_text="systemd calendar (Mon..Fri 09:00), cron (0 9 * * 1-5), "
-        "interval (every 5m) or one instant (2026-05-01 09:00).",
-    )
-    timer_kind = forms.ChoiceField(
-        label="Timer kind",
-        choices=[("", "detect from the expression"), *((k, k) for k in KINDS)],
-        required=False,
-    )
-    tz = forms.CharField(label="Zone", max_length=64, initial="UTC", required=False)
-    args = forms.CharField(
-        widget=_json_widget(), initial="[]", required=False, help_text="A JSON array."
-    )
-    kwargs = forms.CharField(
-        widget=_json_widget(), initial="{}", required=False, help_text="A JSON object."
-    )
-    options = forms.CharField(
-        widget=_json_widget(),
-        initial="{}",
-        required=False,
-        help_text="A JSON object of Celery message options.",
-    )
-    misfire_policy = forms.ChoiceField(label="Misfire policy", choices=[(p, p) for p in MISFIRE])
-    overlap_policy = forms.ChoiceField(label="Overlap policy", choices=[(p, p) for p in OVERLAP])
-    abandon_policy = forms.ChoiceField(
-        label="Abandon policy",
-        choices=[(p, p) for p in ABANDON],
-        initial="leave",
-        help_text="A started fire whose worker went silent: leave it abandoned, or rerun it "
-        "once under the same task id.",
-    )
+    #: The ``version`` the change page was opened on: the store saves only over it.
+    loaded_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
     class Meta:
         model = PeriodicTask
-        fields = EDITED
+        fields = (*(f.name for f in PeriodicTask._meta.fields if f.name in edited()),)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         #: The name the task had when the form opened (``None`` when adding).
         self.original_name: str | None = self.instance.name if self.instance.pk else None
+        if self.original_name is not None:
+            self.fields["loaded_version"].initial = self.instance.version
+            self.fields["loaded_version"].required = True
         #: What the store wrote, once the form is valid.
         self.record: TaskRecord | None = None
 
-    def clean_timer_kind(self) -> str | None:
-        return self.cleaned_data.get("timer_kind") or None
-
-    def clean_tz(self) -> str:
-        return (self.cleaned_data.get("tz") or "").strip() or "UTC"
-
-    def _clean_json(self, field: str) -> Any:
-        text = (self.cleaned_data.get(field) or "").strip()
-        want = _JSON[field]
-        try:
-            value: object = json.loads(text) if text else want()
-        except ValueError as exc:
-            raise ValidationError(f"not valid JSON: {exc}") from None
-        if not isinstance(value, want):
-            raise ValidationError(f"must be a JSON {'array' if want is list else 'object'}")
-        return value
-
-    def clean_args(self) -> Any:
-        return self._clean_json("args")
-
-    def clean_kwargs(self) -> Any:
-        return self._clean_json("kwargs")
-
-    def clean_options(self) -> Any:
-        return self._clean_json("options")
-
     def clean(self) -> dict[str, Any]:
+        """Parse and check every table field as the other windows do (one message)."""
         data: dict[str, Any] = super().clean()
+        for spec in fields.table():
+            if spec.key not in data or spec.name == "owner":
+                continue
+            raw = data[spec.key]
+            try:
+                data[spec.key] = spec.parse(raw) if isinstance(raw, str) else spec.check(raw)
+            except ValueError as exc:
+                self.add_error(spec.key, str(exc))
+        if data.get("tz", "") is None:
+            data["tz"] = "UTC"
         owner = (data.get("owner_type") or "", data.get("owner_id") or "")
         if bool(owner[0]) != bool(owner[1]):
             self.add_error(
                 "owner_id" if owner[0] else "owner_type",
                 "an owner needs both a type and an id (or neither)",
             )
+        elif owner[0]:
+            try:
+                fields.field("owner").check(owner)
+            except ValueError as exc:
+                self.add_error("owner_id", str(exc))
         return data
 
     def validate_unique(self) -> None:
@@ -167,28 +116,78 @@ class PeriodicTaskForm(forms.ModelForm):  # type: ignore[misc]  # Django ships n
 
     def _write(self) -> None:
         data = self.cleaned_data
-        skip = ("owner_type", "owner_id", "timer_kind")
-        values: dict[str, Any] = {k: data[k] for k in EDITED if k in data and k not in skip}
-        values["kind"] = data["timer_kind"]
+        values: dict[str, Any] = {
+            f.name: data[f.key] for f in fields.table() if f.key in data and f.name != "owner"
+        }
         values["owner"] = (data["owner_type"], data["owner_id"]) if data.get("owner_type") else None
-        store = conf.get_store()
+        store = conf.checked_store()
         try:
             if self.original_name is None:
-                self.record = store.add(values.pop("name"), **values)
+                self.record = store.add(values.pop("name"), force=False, **values)
             else:
                 # Store.update(name, **changes) takes the name positionally: a rename
                 # cannot be passed, so the change page shows the name read-only.
                 values.pop("name", None)
-                self.record = store.update(self.original_name, **self._changes(values))
+                self.record = store.update(
+                    self.original_name,
+                    expected_version=data["loaded_version"],
+                    force=False,
+                    **self._changes(values),
+                )
+        except EditConflictError as exc:  # another edit was saved since this page opened
+            self.add_error(None, str(exc))
         except (TimerError, ValueError) as exc:
             self.add_error(field_of(exc), str(exc))
 
     def _changes(self, values: dict[str, Any]) -> dict[str, Any]:
         changed = set(self.changed_data)
-        changes = {k: v for k, v in values.items() if k in changed}
+        keys = {f.name: f.key for f in fields.table()}
+        changes = {k: v for k, v in values.items() if keys.get(k, k) in changed}
         if changed & set(_TIMER):
             # A timer is validated (and re-planned) as a whole: expression, kind and zone.
             changes.update(timer=values["timer"], kind=values["kind"], tz=values["tz"])
         if changed & {"owner_type", "owner_id"}:
             changes["owner"] = values["owner"]
         return changes
+
+
+def form_field(spec: fields.Field) -> forms.Field:
+    """Return the Django form field of one table field (text parsed by the table)."""
+    common: dict[str, Any] = {
+        "label": "Timer" if spec.name == "timer" else spec.title,
+        "help_text": _TIMER_HELP if spec.name == "timer" else spec.help,
+        "required": False,  # the table says what is missing, in every window's words
+    }
+    if spec.type is bool:
+        return forms.BooleanField(initial=spec.default, **common)
+    if spec.choices:
+        blank = [("", "detect from the expression" if spec.name == "kind" else "-")]
+        options = [*(blank if spec.optional else []), *((c, c) for c in spec.choices)]
+        return forms.CharField(widget=forms.Select(choices=options), initial=spec.default, **common)
+    if spec.is_json:
+        widget = forms.Textarea(attrs={"rows": 2, "cols": 60, "class": "vLargeTextField"})
+        initial = spec.text(spec.default)
+        return forms.CharField(widget=widget, initial=initial, strip=False, **common)
+    if spec.type is str and spec.max_chars is None:
+        return forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), strip=False, **common)
+    initial = "UTC" if spec.name == "tz" else spec.text(spec.default)
+    # The length as a browser hint only: the table refuses more, in its own words.
+    widget = forms.TextInput(attrs={"maxlength": spec.max_chars} if spec.max_chars else {})
+    return forms.CharField(widget=widget, initial=initial, **common)
+
+
+def form_fields(exclude: tuple[str, ...] = ()) -> dict[str, forms.Field]:
+    """Return the form fields of the table as it is now, by form name (``timer_kind``)."""
+    return {
+        f.key: form_field(f) for f in fields.table() if f.name != "owner" and f.key not in exclude
+    }
+
+
+def build_form(exclude: tuple[str, ...] = ()) -> type[PeriodicTaskForm]:
+    """Return the admin form with one field per table entry (read now), but ``exclude``
+    (the read-only ones)."""
+    metaclass: Any = type(PeriodicTaskForm)
+    form: type[PeriodicTaskForm] = metaclass(
+        "PeriodicTaskForm", (PeriodicTaskForm,), form_fields(exclude)
+    )
+    return form

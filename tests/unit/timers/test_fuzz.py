@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from celery_cronstore.errors import TimerSearchError, TimerSyntaxError
-from celery_cronstore.timers import KINDS, parse_timer
+from celery_cronstore.timers import TIMER_KINDS, parse_timer
 
 UTC = timezone.utc
 #: Seconds one parse plus the next_after calls may take before it counts as a hang.
@@ -99,7 +99,7 @@ def mutated(draw: st.DrawFn) -> str:
     return text[:500]
 
 
-kinds = st.sampled_from([None, *KINDS])
+kinds = st.sampled_from([None, *TIMER_KINDS])
 zones = st.one_of(st.sampled_from(ZONES), st.text(max_size=40))
 
 

@@ -18,15 +18,13 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django ships no types
     help = "Create or upgrade the celery-cronstore tables (its own Alembic migrations)."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from sqlalchemy.exc import SQLAlchemyError
-
         from celery_cronstore.store.migrate import head_revision
 
         try:
             store = conf.get_store()
             store.upgrade()
-        except (CronstoreError, SQLAlchemyError, ValueError, ImportError) as exc:
-            # One line, no traceback; str() of a SQLAlchemy error never shows a password
-            # (it quotes the statement, not the URL).
+        except (CronstoreError, ValueError, ImportError) as exc:
+            # One line, no traceback; the store's errors never show a password
+            # (StoreUnavailableError names the database without it).
             raise CommandError(f"cannot migrate the cronstore tables: {exc}") from None
         self.stdout.write(f"{store.url}: schema at revision {head_revision()}")
