@@ -43,9 +43,9 @@ test: $(VENV)/.installed  ## the whole test suite (PostgreSQL/MariaDB/Redis/Rabb
 # each in a venv of its own (.venv-celery-5.X) with kombu of the same minor, the pair
 # released together (5.4's is the project's kombu floor).
 CELERY_MINORS ?= 5.4 5.5 5.6 5.7
-MESSAGE_TESTS := tests/unit/test_dispatch_messages.py tests/integration/test_dispatch_brokers.py \
-	tests/unit/test_security.py tests/unit/test_scheduler.py \
-	"tests/integration/test_e2e_beat.py::test_beat_fires_on_time_sees_edits_and_stops_when_disabled[redis-sqlite]"
+MESSAGE_TESTS := tests/beat/test_dispatch_messages.py tests/beat/test_dispatch_brokers.py \
+	tests/architecture/test_security.py tests/beat/test_scheduler.py \
+	"tests/e2e/test_e2e_beat.py::test_beat_fires_on_time_sees_edits_and_stops_when_disabled[redis-sqlite]"
 
 .venv-celery-%/.installed: pyproject.toml
 	rm -rf .venv-celery-$*

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "unit" / "timers")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "timers")]
 
 from systemd_reference import Tally, compare, zone_transitions  # noqa: E402
 

@@ -8,7 +8,7 @@ anything but a timer or :class:`TimerSyntaxError` is a finding, and so is a time
 canonical form does not parse back to an equal timer or whose ``next_after`` is not
 strictly later (or ``None``; :class:`TimerSearchError` is allowed: the calendar search
 gives up where systemd does). ``-timeout`` turns a hang into a finding too. The same check
-runs under Hypothesis in ``tests/unit/timers/test_fuzz.py``.
+runs under Hypothesis in ``tests/timers/test_fuzz.py``.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -161,6 +162,22 @@ def store(db_url: str, clock: FrozenClock | None) -> Iterator[Store]:
     A module may override ``clock`` (``None``: the database's own clock) or ``db_url``.
     """
     s = Store(db_url, clock=clock)
+    yield s
+    assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
+    s.close()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite store file of this test's own (not migrated): beat's unit tests run on it."""
+    return f"sqlite:///{tmp_path / 'cronstore.sqlite'}"
+
+
+@pytest.fixture
+def sqlite_store(sqlite_url: str, clock: FrozenClock) -> Iterator[Store]:
+    """A migrated store on ``sqlite_url`` and ``clock``; fails the test if a connection leaked."""
+    s = Store(sqlite_url, clock=clock)
+    s.upgrade()
     yield s
     assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
     s.close()

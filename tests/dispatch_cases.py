@@ -1,8 +1,8 @@
 """The message cases both send paths must agree on (beat's Dispatcher and Celery's own
 ``apply_async`` / ``send_task`` through :func:`celery_cronstore.beat.publish.publish`).
 
-Used by tests/unit/test_dispatch_messages.py (kombu's memory transport) and
-tests/integration/test_dispatch_brokers.py (real Redis and RabbitMQ). Messages are read
+Used by tests/beat/test_dispatch_messages.py (kombu's memory transport) and
+tests/beat/test_dispatch_brokers.py (real Redis and RabbitMQ). Messages are read
 back through kombu, decoded, and compared field by field.
 """
 

@@ -1,4 +1,4 @@
-"""The bad inputs every window refuses with the same message (``tests/unit/test_fields.py``
+"""The bad inputs every window refuses with the same message (``tests/windows/test_fields.py``
 drives the API, the command line and the dashboard; the Django admin test drives its form).
 
 Each case changes a good definition (``app.pair`` registered, taking ``(a, b)``) in one

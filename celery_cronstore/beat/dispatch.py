@@ -5,7 +5,7 @@ of work instead of once per message.
 ``send_task``) and gives it to kombu's producer, skipping the per-message work Celery
 repeats for every call (reading the configuration, merging options twice, wrapping the
 publish in a retry); it hands a claim to :func:`celery_cronstore.beat.publish.publish` whenever
-Celery would do something it does not reproduce. ``tests/integration/
+Celery would do something it does not reproduce. ``tests/beat/
 test_dispatch_brokers.py`` decodes messages from both ways and compares them field by
 field.
 """

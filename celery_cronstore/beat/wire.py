@@ -3,7 +3,7 @@
 The rules of what a message carries (its options, header names, the time box) are
 :mod:`celery_cronstore.policy.messages`; this is how Celery 5.7 lays such a message out,
 which :class:`celery_cronstore.beat.dispatch.Dispatcher` reproduces byte for byte
-(``tests/integration/test_dispatch_brokers.py`` compares both ways field by field).
+(``tests/beat/test_dispatch_brokers.py`` compares both ways field by field).
 """
 
 from __future__ import annotations

@@ -7,9 +7,7 @@ port on loopback (nothing listens on port 1), so no server is needed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,15 +28,10 @@ def _noop(*args: Any, **kwargs: Any) -> None:
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'cronstore.sqlite'}"
-
-
-@pytest.fixture
-def app(url: str) -> Celery:
+def app(sqlite_url: str) -> Celery:
     app = Celery("sec", broker="memory://", set_as_current=False)
     app.conf.update(
-        cronstore_url=url,
+        cronstore_url=sqlite_url,
         task_default_queue="q",
         # A pickle-configured app: beat's messages must stay JSON all the same.
         task_serializer="pickle",
@@ -50,11 +43,9 @@ def app(url: str) -> Celery:
 
 
 @pytest.fixture
-def store(url: str, clock: FrozenClock) -> Iterator[Store]:
-    s = Store(url, clock=clock)
-    s.upgrade()
-    yield s
-    s.close()
+def store(sqlite_store: Store) -> Store:
+    """The shared SQLite store (tests/conftest.py): beat here runs on the memory broker."""
+    return sqlite_store
 
 
 def messages(app: Celery) -> list[Any]:

@@ -10,7 +10,7 @@ import pytest
 
 from celery_cronstore.timers.__main__ import main
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_prints_kind_form_description_and_fire_times(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,5 +1,5 @@
 """Beat's Dispatcher sends the very message Celery's apply_async would (kombu's memory
-transport; tests/integration/test_dispatch_brokers.py does the same on real brokers)."""
+transport; tests/beat/test_dispatch_brokers.py does the same on real brokers)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from celery import Celery
 from celery.bin.base import CLIContext
 from click.testing import CliRunner
-from test_hostile_input import HOSTILE
+from hostile import HOSTILE, HTML_HOSTILE
 from timeline import T0
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.test import Client, TestResponse
@@ -31,18 +31,9 @@ from celery_cronstore.web import create_app
 
 TOKEN = "tok-" + "x" * 20
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
 #: Strings that try to break out of HTML, attributes, URLs and SVG.
-HTML_HOSTILE = [
-    "<script>alert(1)</script>",
-    '"><img src=x onerror=alert(1)>',
-    "'><svg onload=alert(1)>",
-    "javascript:alert(1)",
-    "</title><script>alert(1)</script>",
-    "{{ 7*7 }} {% raw %}",
-    "&amp; &lt; &#x3c;",
-]
-
-
 def make_celery(url: str) -> Celery:
     app = Celery(f"web-{uuid.uuid4().hex[:6]}", broker="memory://", set_as_current=False)
     app.conf.cronstore_url = url

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,9 @@ from celery_cronstore.testing import FrozenClock
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'cronstore.sqlite'}"
-
-
-@pytest.fixture
-def app(url: str) -> Celery:
+def app(sqlite_url: str) -> Celery:
     app = Celery("t", broker="memory://", set_as_current=False)
-    app.conf.update(cronstore_url=url, cronstore_poll_interval=5.0, task_default_queue="q")
+    app.conf.update(cronstore_url=sqlite_url, cronstore_poll_interval=5.0, task_default_queue="q")
     for name in ("x.do", "x.a", "x.b", "x.c", "x.d"):  # beat sends registered tasks only
         app.task(name=name, shared=False)(_noop)
     return app
@@ -39,11 +33,9 @@ def _noop(*args: Any, **kwargs: Any) -> None:
 
 
 @pytest.fixture
-def store(url: str, clock: FrozenClock) -> Iterator[Store]:
-    s = Store(url, clock=clock)
-    s.upgrade()
-    yield s
-    s.close()
+def store(sqlite_store: Store) -> Store:
+    """The shared SQLite store (tests/conftest.py): beat here runs on the memory broker."""
+    return sqlite_store
 
 
 def make(app: Celery, store: Store) -> Scheduler:
@@ -63,7 +55,7 @@ def sent(app: Celery) -> list[dict[str, Any]]:
     return [{**message.headers, "args": message.payload[0]} for message in drain(app)]
 
 
-def test_lazy_construction_touches_nothing(app: Celery, url: str, tmp_path: Path) -> None:
+def test_lazy_construction_touches_nothing(app: Celery, tmp_path: Path) -> None:
     scheduler = Scheduler(app, lazy=True)
     assert scheduler.store is None
     assert scheduler.loop is None

@@ -4,9 +4,7 @@ of a pass on a thread of its own, then a pause."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -24,23 +22,16 @@ from celery_cronstore.testing import FrozenClock
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'cronstore.sqlite'}"
-
-
-@pytest.fixture
-def app(url: str) -> Celery:
+def app(sqlite_url: str) -> Celery:
     app = Celery("t", broker="memory://", set_as_current=False)
-    app.conf.update(cronstore_url=url, task_default_queue="q")
+    app.conf.update(cronstore_url=sqlite_url, task_default_queue="q")
     return app
 
 
 @pytest.fixture
-def store(url: str, clock: FrozenClock) -> Iterator[Store]:
-    s = Store(url, clock=clock)
-    s.upgrade()
-    yield s
-    s.close()
+def store(sqlite_store: Store) -> Store:
+    """The shared SQLite store (tests/conftest.py): beat here runs on the memory broker."""
+    return sqlite_store
 
 
 def write_history(store: Store, days_ago: float, count: int) -> None:

@@ -11,24 +11,11 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from hostile import HOSTILE
 
 from celery_cronstore.errors import DuplicateTaskError
 from celery_cronstore.store import Store
 
-HOSTILE = [
-    "'; DROP TABLE cronstore_periodic_task; --",
-    '" OR 1=1 --',
-    "Robert'); DELETE FROM cronstore_fire WHERE ('1'='1",
-    "%s %(name)s %% :name ? $1 {0}",
-    "back\\slash \\' \\\" \\x00 \\u0000",
-    "line\nbreak\ttab\rreturn",
-    "emoji 🚀🔥👩‍👩‍👧 and ✓",
-    "עברית RTL עם \u202eoverride\u202c and العربية",
-    "combining e\u0301 vs \u00e9, zero\u200bwidth",
-    "日本語のタスク名",
-    "🚀" * 200,  # 200 characters, 800 bytes of UTF-8
-    " leading and trailing ",
-]
 TABLES = (
     "cronstore_periodic_task",
     "cronstore_fire",

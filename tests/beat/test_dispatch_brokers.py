@@ -3,7 +3,7 @@
 Each case goes through Celery (``celery_cronstore.beat.publish.publish``) and through the
 Dispatcher into Redis (and RabbitMQ), is read back through kombu, decoded, and compared
 field by field (tests/dispatch_cases.py). A real worker running Dispatcher messages is
-covered by the end-to-end tests (tests/integration/test_e2e_beat.py): beat sends
+covered by the end-to-end tests (tests/e2e/test_e2e_beat.py): beat sends
 through the Dispatcher.
 """
 

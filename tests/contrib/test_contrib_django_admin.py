@@ -21,10 +21,9 @@ import sqlalchemy as sa
 from celery import Celery
 from conftest import POSTGRES_URL, need_service
 from django_setup import configure
+from hostile import HOSTILE, HTML_HOSTILE
 from refusals import GOOD, REFUSALS, as_text
 from refusals import make_app as make_refusing_app
-from test_hostile_input import HOSTILE
-from test_web import HTML_HOSTILE
 from timeline import T0
 
 from celery_cronstore.contrib.django import store_url_from_django
