@@ -53,6 +53,10 @@ _NAMED = frozenset(
 )
 
 
+#: The first Celery minor whose message :class:`Dispatcher` reproduces.
+REPRODUCED_FROM = (5, 7)
+
+
 class Dispatcher:
     """Publish claims through one producer as Celery would, doing per batch what Celery
     does per message.
@@ -69,6 +73,7 @@ class Dispatcher:
     """
 
     def __init__(self, app: Any, producer: Any) -> None:
+        import celery
         from celery import Celery, Task, signals
         from celery.app.amqp import AMQP
         from celery.backends.base import Backend
@@ -81,7 +86,11 @@ class Dispatcher:
         conf = app.conf
         amqp = app.amqp
         self._celery = (
-            conf.task_protocol == 2
+            # The message built here is Celery 5.7's: on an older Celery (5.4-5.6 differ in
+            # headers such as ``ignore_result`` and lack helpers it uses) every claim goes
+            # through Celery's own send path instead (`make test-celery-matrix` found it).
+            tuple(int(p) for p in celery.__version__.split(".")[:2]) >= REPRODUCED_FROM
+            and conf.task_protocol == 2
             and not conf.task_send_sent_event
             and not signals.task_sent.receivers
             and type(amqp).create_task_message is AMQP.create_task_message

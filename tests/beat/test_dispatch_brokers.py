@@ -53,6 +53,8 @@ def test_a_confirmed_batch_on_rabbitmq_sends_every_message(rabbitmq_url: str) ->
     try:
         with producer_of(app) as producer:
             dispatcher = Dispatcher(app, producer)
+            if not dispatcher._celery:  # Celery < 5.7: every claim takes Celery's own path
+                pytest.skip("the fast path reproduces Celery 5.7's message only")
             assert dispatcher._confirming()
             with dispatcher.batch(250):
                 for claim in claims:
