@@ -8,11 +8,11 @@ claimed are recorded missed, and why.
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from task_rows import periodic_task
 from timeline import T0
 
 from celery_cronstore.policy import EditPlan, edit_plan, first_plan, replans
@@ -33,38 +33,7 @@ def minutes(n: float) -> datetime:
 
 def make_task(**changes: Any) -> PeriodicTask:
     """Return an enabled ``every 1m`` task planned for T0, changed."""
-    task = PeriodicTask(
-        id=7,
-        name="A",
-        task="app.a",
-        args=[],
-        kwargs={},
-        options={},
-        timer_kind="interval",
-        timer="every 1m",
-        tz="UTC",
-        enabled=True,
-        owner_type=None,
-        owner_id=None,
-        description="",
-        source="api",
-        next_run=T0,
-        last_fire=None,
-        last_run=None,
-        total_run_count=0,
-        misfire_policy="run_once",
-        misfire_limit=100,
-        start_deadline=None,
-        overlap_policy="allow",
-        tolerance=None,
-        max_retries=0,
-        resume_state=None,
-        error=None,
-        version=3,
-        created_at=T0 - timedelta(days=1),
-        updated_at=T0 - timedelta(days=1),
-    )
-    return dataclasses.replace(task, **changes)
+    return periodic_task(**{"id": 7, "version": 3, **changes})
 
 
 RETIMED = {"timer": "every 5m", "timer_kind": "interval", "tz": "UTC"}

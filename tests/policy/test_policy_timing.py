@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from task_rows import periodic_task
 from timeline import T0
 
 from celery_cronstore import policy
@@ -56,34 +57,11 @@ def contract() -> list[str]:
 
 def row(kind: str, expression: str, tz: str) -> PeriodicTask:
     """Return an enabled stored task with the given timer."""
-    return PeriodicTask(
-        id=1,
-        name="A",
-        task="app.a",
-        args=[],
-        kwargs={},
-        options={},
+    return periodic_task(
         timer_kind=kind,
         timer=expression,
         tz=tz,
-        enabled=True,
-        owner_type=None,
-        owner_id=None,
-        description="",
-        source="api",
         next_run=None,
-        last_fire=None,
-        last_run=None,
-        total_run_count=0,
-        misfire_policy="run_once",
-        misfire_limit=100,
-        start_deadline=None,
-        overlap_policy="allow",
-        tolerance=None,
-        max_retries=0,
-        resume_state=None,
-        error=None,
-        version=1,
         created_at=T0 - timedelta(days=10),
         updated_at=T0 - timedelta(days=10),
     )
