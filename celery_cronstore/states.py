@@ -21,6 +21,7 @@ __all__ = [
     "PROBLEM_STATES",
     "REFUSALS",
     "STARTABLE",
+    "UNSENT",
     "WORKER_RUNNING",
     "FireState",
 ]
@@ -31,6 +32,9 @@ class FireState(str, Enum):
 
     #: Beat committed the claim and is publishing it.
     CLAIMED = "claimed"
+    #: Beat is handing it to the broker right now (written just before, for a fire a
+    #: second publish could run twice): if beat stops here, nobody sends it again.
+    SENDING = "sending"
     #: Sent to the broker.
     PUBLISHED = "published"
     #: A run began on a worker.
@@ -73,10 +77,14 @@ FIRE_STATES: tuple[FireState, ...] = tuple(FireState)
 #: A fire some process still acts on: claimed (about to be published) or running on a
 #: worker. Beat's overlap policy ``skip`` holds back a new fire while one is in flight,
 #: and retention never prunes one (``published`` is kept only with a start lease).
-IN_FLIGHT = (FireState.CLAIMED, FireState.STARTED, FireState.RETRYING)
+IN_FLIGHT = (FireState.CLAIMED, FireState.SENDING, FireState.STARTED, FireState.RETRYING)
 
 #: Claimed or published but not started: a delivery in one of these may still start.
-STARTABLE = (FireState.CLAIMED, FireState.PUBLISHED)
+STARTABLE = (FireState.CLAIMED, FireState.SENDING, FireState.PUBLISHED)
+
+#: Not yet handed to the broker for sure: claimed, or being sent. Beat's lease covers both;
+#: once it lapses, a ``claimed`` fire is taken over and a ``sending`` one is settled.
+UNSENT = (FireState.CLAIMED, FireState.SENDING)
 
 #: In progress on a worker (blocks overlap ``skip`` when a CronTask starts).
 WORKER_RUNNING = (FireState.STARTED, FireState.RETRYING)

@@ -19,7 +19,9 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from celery_cronstore.beat.outcome import Acks, BatchFailed
 from celery_cronstore.beat.publish import BoundRouter, publish, shorten
+from celery_cronstore.beat.redis_batch import install
 from celery_cronstore.beat.wire import protocol2_body, protocol2_headers
 from celery_cronstore.policy import message_options
 from celery_cronstore.records import Claim
@@ -121,23 +123,32 @@ class Dispatcher:
         #: confirms, inside :meth:`batch`) a producer on a channel that does not wait.
         self._out = producer
         self._unconfirmed = 0
+        #: Whether the publishes of the current batch wait for its one flush (Redis).
+        self.buffered = False
+        #: The delivery tag of each message of the current confirmed batch, in order
+        #: (``None``: sent through Celery's path, which waited for its own confirm).
+        self._tags: list[int | None] = []
 
     @contextlib.contextmanager
     def batch(self, size: int) -> Iterator[None]:
-        """Group the publishes made inside: one Redis pipeline (kombu's producer batch),
-        or, with RabbitMQ's publisher confirms, one wait for the confirms of them all.
+        """Group the publishes made inside: one Redis transaction (``beat.redis_batch``:
+        all of it went, or none), or, with RabbitMQ's publisher confirms, one wait for the
+        confirms of them all.
 
         kombu's confirm mode waits for each message's ack before the next (a round trip
         each); here the batch goes out on a channel of its own and its acks are awaited
-        together at the end. A nack, or no confirm within :data:`CONFIRM_WAIT`, raises a
-        broker error: the whole batch is held back and sent again, same task ids.
+        together at the end. A nack, no confirm within :data:`CONFIRM_WAIT`, or a broken
+        connection raises :class:`~celery_cronstore.beat.outcome.BatchFailed` saying which
+        messages were confirmed and which refused.
         """
+        self._tags = []
         if self._confirming():
             with self._confirmed():
                 yield
             return
-        grouped = getattr(self.producer, "batch", None)
-        with grouped(max_size=size) if grouped else contextlib.nullcontext():
+        grouped: Any = getattr(self.producer, "batch", None)
+        self.buffered = grouped is not None and install(self.producer.channel)
+        with grouped(max_size=size) if self.buffered else contextlib.nullcontext():
             yield
 
     def _confirming(self) -> bool:
@@ -148,14 +159,13 @@ class Dispatcher:
 
     @contextlib.contextmanager
     def _confirmed(self) -> Iterator[None]:
-        from kombu.exceptions import OperationalError
         from kombu.messaging import Producer as _Producer
 
         Producer: Any = _Producer  # kombu ships no types
 
         connection = self.producer.connection
         channel = connection.channel()
-        acks = _Acks()
+        acks = Acks()
         try:
             channel.confirm_select()
             channel._confirm_selected = True
@@ -164,18 +174,29 @@ class Dispatcher:
             channel.events["basic_nack"].add(acks.nack)
             self._out = Producer(channel, exchange=self.producer.exchange, auto_declare=False)
             self._unconfirmed = 0
-            yield
-            deadline = time.monotonic() + CONFIRM_WAIT
-            while not acks.covers(self._unconfirmed):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise OperationalError(
-                        f"RabbitMQ confirmed {acks.upto} of {self._unconfirmed} messages "
-                        f"in {CONFIRM_WAIT:g}s"
-                    )
-                connection.drain_events(timeout=left)
+            self._tags = []
+            try:
+                yield
+                deadline = time.monotonic() + CONFIRM_WAIT
+                while not acks.covers(self._unconfirmed):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise acks.failed(
+                            f"RabbitMQ confirmed {acks.upto} of {self._unconfirmed} messages "
+                            f"in {CONFIRM_WAIT:g}s",
+                            self._tags,
+                        )
+                    connection.drain_events(timeout=left)
+            except BatchFailed:
+                raise
+            except Exception as exc:
+                if self._tags:  # what was confirmed went, the rest is unsure
+                    raise acks.failed(f"RabbitMQ batch broke off: {exc}", self._tags) from exc
+                raise
             if acks.nacked:
-                raise OperationalError(f"RabbitMQ refused (nack) {acks.nacked} message(s)")
+                raise acks.failed(
+                    f"RabbitMQ refused (nack) {len(acks.nacked)} message(s)", self._tags
+                )
         finally:
             self._out = self.producer
             with contextlib.suppress(Exception):
@@ -186,6 +207,7 @@ class Dispatcher:
         spec = self._spec(claim.task)
         if spec is None:
             publish(self.app, claim, self.producer, self.router)
+            self._tags.append(None)
             return
         logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
         from celery_cronstore.worker.task import CronTask
@@ -348,6 +370,7 @@ class Dispatcher:
         )
         self._declared.update(id(d) for d in undeclared)
         self._unconfirmed += 1
+        self._tags.append(self._unconfirmed)
         if self._after.receivers:
             self._after.send(
                 sender=name, body=body, headers=headers, exchange=exchange, routing_key=routing_key
@@ -360,31 +383,6 @@ class Dispatcher:
             self._backend = self.app.backend
         if type(self._backend).on_task_call is not self._backend_base:
             self._backend.on_task_call(self.producer, task_id)
-
-
-class _Acks:
-    """Publisher confirms seen on one channel (delivery tags count from 1)."""
-
-    def __init__(self) -> None:
-        self.upto = 0  # every tag up to this one is confirmed
-        self.single: set[int] = set()
-        self.nacked = 0
-
-    def ack(self, tag: int, multiple: bool) -> None:
-        if multiple:
-            self.upto = max(self.upto, tag)
-        else:
-            self.single.add(tag)
-        while self.upto + 1 in self.single:
-            self.upto += 1
-            self.single.discard(self.upto)
-
-    def nack(self, tag: int, multiple: bool) -> None:
-        self.nacked += 1
-        self.ack(tag, multiple)
-
-    def covers(self, count: int) -> bool:
-        return self.upto >= count
 
 
 def _broadcast(queue: Any) -> bool:

@@ -179,17 +179,22 @@ class HeldClaims:
         if rows >= MIN_ROWS_TIMED:
             self.row_cost = lately(self.row_cost, took / rows)
 
-    def flush(self) -> None:
-        """At close: wait for the held claims (at most the lead away, a quarter of the
-        lease at most) and publish them; whatever fails is taken over when its lease
-        runs out."""
-        if not self._early:
-            return
+    def flush(self, wait: float = 1.0) -> None:
+        """At close: publish the held claims due within ``wait`` seconds (waiting for
+        them), mark what went, and hand the rest back to the next beat at once (their
+        lease run out): beat stops within a bound, whatever its lead."""
         try:
-            time.sleep(max(0.0, max(h.due for h in self._early) - time.monotonic()))
             held, self._early = self._early, []
-            self.sender.publish(self._still_enabled(held), self._defer_marks)
+            soon = time.monotonic() + wait
+            due = [h for h in held if h.due <= soon]
+            later = [h.claim for h in held if h.due > soon]
+            if due:
+                time.sleep(max(0.0, max(h.due for h in due) - time.monotonic()))
+                self.sender.publish(self._still_enabled(due), self._defer_marks)
             self._settle_marks(force=True)
+            if later:
+                self.claimer.hand_back(later)
+                logger.info("beat: %d claim(s) taken ahead handed back", len(later))
         except Exception as exc:  # closing must go on
             logger.error(
                 "beat: publishing the claims taken ahead failed (%s)", self.sender.scrub(exc)

@@ -19,25 +19,50 @@ from celery_cronstore.beat.chores import Chores
 from celery_cronstore.beat.held import NEAR, HeldClaims
 from celery_cronstore.beat.metrics import BeatMetrics
 from celery_cronstore.beat.send import Sender
+from celery_cronstore.beat.stall import CUT_SLACK, PUBLISHING, Stall, Watchdog
 from celery_cronstore.config import Config
 from celery_cronstore.store import Claimer
+from celery_cronstore.store.links import Links
 
-__all__ = ["LOCKED_BACKOFF", "Backoff", "Loop"]
+__all__ = ["FAST_FOR", "FAST_RETRY", "LOCKED_BACKOFF", "REMIND_EVERY", "Backoff", "Loop"]
 
 logger = logging.getLogger("celery.beat")
 
 #: Shortest and longest wait (seconds) when every due row is locked by another process.
 LOCKED_BACKOFF = (0.05, 0.2)
+#: Seconds between retries early in a database outage, and how long (seconds) that lasts
+#: before the wait doubles: a failover (the standby promoted, the pool's dead connections
+#: dropped) is over in a second or two, and should cost the fires no more than that.
+FAST_RETRY = 0.25
+FAST_FOR = 3.0
+#: Seconds between two reminders that the database is still unavailable.
+REMIND_EVERY = 300.0
 
 
 class Backoff:
-    """The wait after a failure: doubling from half a second, never past the poll
-    interval (recovery is noticed within one tick)."""
+    """The wait after a failure.
+
+    A database outage is retried every :data:`FAST_RETRY` seconds for its first
+    :data:`FAST_FOR` seconds (a failover completing: beat claims again within a quarter
+    of a second of the new primary accepting writes), then at waits doubling from there,
+    never past the poll interval. Its first and last lines are the loop's (``beat.stall``:
+    one when it starts, one when it ends); here each failed retry is logged at debug level
+    only, and an outage that goes on is recalled every :data:`REMIND_EVERY` seconds.
+    A broker failure waits and logs as it always did: one line each, the wait doubling
+    from one second while nothing reaches the database in between.
+    """
 
     def __init__(self, poll_interval: float, scrub: Callable[[BaseException], str]) -> None:
         self.poll_interval = poll_interval
         self._scrub = scrub
         self._failures = 0
+        #: The database outage going on: since when (monotonic), the retries so far, and
+        #: when it was last recalled in the log.
+        self._since: float | None = None
+        self._tries = 0
+        self._recalled = 0.0
+        #: The retries made within the fast window (``None``: the window is not over).
+        self._fast_tries: int | None = None
 
     @property
     def failures(self) -> int:
@@ -45,25 +70,46 @@ class Backoff:
         return self._failures
 
     def failed(self, what: str, exc: BaseException | None) -> float:
-        """Log that ``what`` (the database, the broker) is unavailable; return the wait."""
+        """Note that ``what`` (the database, the broker) is unavailable; return the wait.
+
+        ``exc`` is the database's error (``None``: the broker failed, the sender logged
+        why)."""
         self._failures += 1
-        delay = min(self.poll_interval, 0.5 * 2.0 ** min(self._failures, 8))
-        if exc is not None:
-            # Never log the URL from the exception: drivers may include the password.
-            logger.error(
-                "beat: %s unavailable (%s: %s); nothing is published; retrying in %.1fs",
-                what,
-                type(exc).__name__,
-                self._scrub(exc),
-                delay,
-            )
-        else:
+        if exc is None:
+            delay = min(self.poll_interval, 0.5 * 2.0 ** min(self._failures, 8))
             logger.error("beat: %s unavailable; retrying in %.1fs", what, delay)
+            return delay
+        clock = time.monotonic()
+        if self._since is None:
+            self._since, self._tries, self._recalled = clock, 0, clock
+            self._fast_tries = None
+        self._tries += 1
+        lasted = clock - self._since
+        delay = FAST_RETRY
+        if lasted >= FAST_FOR:  # doubling from FAST_RETRY, counted from the window's end
+            if self._fast_tries is None:
+                self._fast_tries = self._tries - 1
+            delay *= 2.0 ** min(self._tries - self._fast_tries, 8)
+        delay = min(self.poll_interval, delay)
+        # Never log the URL from the exception: drivers may include the password.
+        reason = f"{type(exc).__name__}: {self._scrub(exc)}"
+        if clock - self._recalled >= REMIND_EVERY:
+            self._recalled = clock
+            logger.error("beat: %s still unavailable after %.0fs (%s)", what, lasted, reason)
+        else:
+            logger.debug("beat: %s unavailable (%s); retrying in %.2fs", what, reason, delay)
         return delay
 
     def reset(self) -> None:
         """Forget the failures: the last tick got through to the database."""
         self._failures = 0
+        if self._since is not None:
+            logger.debug(
+                "beat: the database answered after %.2fs and %d failed tries",
+                time.monotonic() - self._since,
+                self._tries,
+            )
+            self._since = None
 
 
 class Loop:
@@ -91,6 +137,14 @@ class Loop:
         #: wait while every due row is locked by someone else.
         self._stalled_since: datetime | None = None
         self._locked_out = 0.0
+        #: The stall as a scrape sees it, even while a tick is blocked (``beat.stall``).
+        self.stall = Stall()
+        self._watchdog: Watchdog | None = None
+        #: The database connections beat has open, cut when a wait outlasts the server's
+        #: own limit (``store.links``; not SQLite: no link).
+        self._links = None if config.is_sqlite else Links(claimer.db.engine)
+        if metrics is not None:
+            metrics.watch(self.stall.seconds)
 
     @property
     def stalled_since(self) -> datetime | None:
@@ -101,13 +155,23 @@ class Loop:
         """Publish, housekeep and claim what is due; return the seconds until the next
         look."""
         began = time.perf_counter()
-        sleep = self._step()
+        stall = self.stall
+        if self._watchdog is None:
+            links = self._links
+            # The server ends any statement of beat's sessions after half the lease.
+            after = self.config.lease / 2 + CUT_SLACK
+            self._watchdog = Watchdog(stall, None if links is None else links.cut, after)
+        stall.begin(time.monotonic())
+        try:
+            sleep = self._step()
+        except Exception as exc:  # the database (the scheduler backs off and retries)
+            self._failed(exc)
+            raise
+        finally:
+            stall.end()
+        stall.recovered(time.monotonic())
         if self.metrics is not None:
             self.metrics.tick_seconds.observe(time.perf_counter() - began)
-            stalled = self._stalled_since
-            self.metrics.stalled.set(
-                0 if stalled is None else (datetime.now(timezone.utc) - stalled).total_seconds()
-            )
         return sleep
 
     def fires_first(self) -> bool:
@@ -116,18 +180,22 @@ class Loop:
         return self.held.wait() < NEAR and not self.chores.overdue(time.monotonic())
 
     def _step(self) -> float:
-        claimer, sender, held = self.claimer, self.sender, self.held
+        claimer, sender, held, stall = self.claimer, self.sender, self.held, self.stall
+        stall.waiting_on = PUBLISHING
         if not sender.retry_pending():
-            return self.backoff.failed("broker", None)
+            return self._broker_failed()
         # Fires first: the claims taken ahead whose time has come, then the chores.
         if not held.publish_due():
-            return self.backoff.failed("broker", None)
+            return self._broker_failed()
         if self.fires_first():  # a burst's fires follow closely: they come first
             return held.wait()
+        stall.waiting_on = "the database"
         if self.chores.due(held.wait()) and not self.chores.run(self._stalled_since):
-            return self.backoff.failed("broker", None)
+            return self._broker_failed()
+        stall.waiting_on = "the database"
         now, earliest = claimer.peek()
         looked_at, looked = now, time.monotonic()
+        stall.looked(now, earliest, looked)
         if self.config.is_sqlite:  # the host's clock is the store's: read both together
             looked_at, looked = datetime.now(timezone.utc), time.monotonic()
         lead = held.lead(now, earliest)
@@ -149,6 +217,7 @@ class Loop:
         if self.metrics is not None:
             self.metrics.claimed(result)
         faults.hit("after_claim")
+        stall.waiting_on = PUBLISHING
         if held.ahead:
             held.hold(result.claims, looked_at, looked)
             sent = held.publish_due()
@@ -156,6 +225,7 @@ class Loop:
             sent = not result.claims or sender.publish(result.claims)
         if not sent:
             self._progress(now)
+            stall.due_now(time.monotonic())
             return self.backoff.failed("broker", None)
         if result.rows:
             self._progress(None)
@@ -171,5 +241,27 @@ class Loop:
         if stuck_at is None:
             self._stalled_since = None
             self._locked_out = 0.0
-        elif self._stalled_since is None:
+            self.stall.unstuck()
+            return
+        if self._stalled_since is None:
             self._stalled_since = stuck_at
+        began = self.stall.began
+        self.stall.stuck(time.monotonic() if began is None else began)
+
+    def _broker_failed(self) -> float:
+        """Note that claims wait for the broker (a stall from this tick); return the wait."""
+        now = time.monotonic()
+        self.stall.due_now(now)
+        self.stall.stuck(now if self.stall.began is None else self.stall.began)
+        if self._stalled_since is None:
+            self._stalled_since = datetime.now(timezone.utc)
+        return self.backoff.failed("broker", None)
+
+    def _failed(self, exc: Exception) -> None:
+        """Note a tick that failed on the database (or what it was waiting for)."""
+        stall, now = self.stall, time.monotonic()
+        # What escapes a tick is the database's (the sender keeps the broker's errors).
+        stall.failed("the database", self.sender.scrub(exc), now, self.sender.pending)
+        if stall.since is not None and self._stalled_since is None:
+            ago = timedelta(seconds=now - stall.since)
+            self._stalled_since = datetime.now(timezone.utc) - ago

@@ -13,7 +13,7 @@ hundred tasks, not a million).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -98,6 +98,11 @@ class BeatMetrics:
         for claim in claims:
             self._fire(FireState.PUBLISHED, claim.name)
             self.lateness.observe(max(0.0, (at - claim.fire_time).total_seconds()))
+
+    def watch(self, seconds: Callable[[], float]) -> None:
+        """Compute the stall gauge at each scrape from ``seconds`` (beat's
+        :class:`~celery_cronstore.beat.stall.Stall`): it grows while the loop is blocked."""
+        self.stalled.set_function(seconds)
 
     def failed(self, kind: str, amount: int = 1) -> None:
         """Count publish failures of ``kind`` (``broker`` or ``message``)."""

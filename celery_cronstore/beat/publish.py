@@ -63,6 +63,9 @@ def publish(app: Any, claim: Claim, producer: Any = None, router: Any = None) ->
         "task_id": claim.task_id,
         "producer": producer,
         **options,
+        # Beat owns the retry: a claim the broker did not take waits for the next tick,
+        # which re-checks its task first (kombu's retry would send it after a disable).
+        "retry": False,
     }
     if router is not None:
         message["router"] = router

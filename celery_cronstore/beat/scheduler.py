@@ -29,6 +29,7 @@ from celery_cronstore.beat.loop import Backoff, Loop
 from celery_cronstore.beat.metrics import BeatMetrics, start_metrics
 from celery_cronstore.beat.schedule_sync import sync_beat_schedule
 from celery_cronstore.beat.send import Sender, scrubbed
+from celery_cronstore.beat.stop import StopSignal
 from celery_cronstore.catalog import TaskCatalog
 from celery_cronstore.config import Config
 from celery_cronstore.errors import SchemaVersionError, StoreError, StoreUnavailableError
@@ -60,8 +61,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         self._backoff = Backoff(self.config.poll_interval, self._scrub)
         self._started_at: datetime | None = None
         self._closed = False
+        #: SIGTERM/SIGINT: stop between two chunks of a send, never inside one.
+        self._stop = StopSignal()
         # Celery builds the scheduler once with lazy=True for the banner: no I/O then.
         super().__init__(app, *args, lazy=lazy, **kwargs)
+        if not lazy:  # built by beat's service, after Celery installed its own handler
+            self._stop.install()
 
     # -- Celery hooks ---------------------------------------------------------------------
 
@@ -106,14 +111,21 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         """Nothing to do: every change is committed as it happens."""
 
     def close(self) -> None:
-        """Publish the claims taken ahead at their time, then release the broker connection
-        and the database pool (idempotent)."""
+        """Stop within a bound (idempotent): publish the claims taken ahead that fall due
+        within a second (none after a SIGTERM), mark what went, hand every other claim
+        back to the next beat at once, then release the broker connection and the
+        database pool."""
         if self._closed:
             return
         self._closed = True
+        self._stop.closing()
         try:
             if self.loop is not None:
                 self.loop.held.flush()
+                try:
+                    self.loop.sender.hand_back()
+                except Exception as exc:  # closing must go on; the lease hands them over
+                    logger.error("beat: handing back unsent claims failed (%s)", self._scrub(exc))
             super().close()
         finally:
             if self.loop is not None:
@@ -202,7 +214,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         """Build the parts over an open store (no I/O)."""
         assert self.store is not None
         assert self._started_at is not None
-        sender = Sender(self.app, self.config, claimer, _Broker(self), metrics=self.metrics)
+        sender = Sender(
+            self.app,
+            self.config,
+            claimer,
+            _Broker(self),
+            metrics=self.metrics,
+            stop=self._stop,
+        )
         # Claims are held until their time on this host's monotonic clock: an injected clock
         # (tests) has no such relation, so there beat claims a fire when it is due.
         ahead = 0.0 if self.store.clock is not None else self.config.claim_ahead
@@ -247,8 +266,19 @@ class _Broker:
 
     @property
     def producer(self) -> Any:
-        """Return Celery's producer for beat."""
-        return self._scheduler.producer
+        """Return beat's producer, connecting once if needed (one attempt, bounded by
+        ``broker_connection_timeout``): beat owns the retry. Celery's own would retry
+        for ``broker_connection_max_retries`` inside this call, and a fire waiting in it
+        would go out after its task was disabled; here the claims wait for the next
+        tick, which re-checks them first."""
+        scheduler = self._scheduler
+        producer = scheduler.__dict__.get("producer")
+        if producer is None:
+            connection = scheduler.connection
+            connection.ensure_connection(max_retries=0)
+            producer = scheduler.Producer(connection, auto_declare=False)
+            scheduler.__dict__["producer"] = producer
+        return producer
 
     def reset(self) -> None:
         """Drop both cached properties: the next publish connects afresh."""

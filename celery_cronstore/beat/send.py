@@ -22,10 +22,13 @@ from kombu.exceptions import OperationalError
 from celery_cronstore import faults
 from celery_cronstore.beat.dispatch import Dispatcher
 from celery_cronstore.beat.metrics import BeatMetrics
+from celery_cronstore.beat.outcome import settle
+from celery_cronstore.beat.stop import StopSignal
 from celery_cronstore.config import Config
 from celery_cronstore.records import Claim
 from celery_cronstore.secrets import app_passwords, scrub
 from celery_cronstore.store import Claimer
+from celery_cronstore.store.engine import DATABASE_ERRORS
 from celery_cronstore.store.urls import driver_hint
 
 __all__ = ["PUBLISH_CHUNK", "Broker", "Sender", "first_line", "scrubbed"]
@@ -66,6 +69,7 @@ class Sender:
         broker: Broker,
         *,
         metrics: BeatMetrics | None = None,
+        stop: StopSignal | None = None,
     ) -> None:
         self.app = app
         self.config = config
@@ -77,6 +81,10 @@ class Sender:
         self._dispatcher: Dispatcher | None = None
         self._told_transport = False
         self._reported: set[tuple[str, str]] = set()
+        #: Sent claims whose mark the database did not take: marked at the next publish.
+        self._unmarked: list[Claim] = []
+        #: SIGTERM/SIGINT: a send ends its chunk, then beat stops.
+        self.stop = stop or StopSignal()
 
     @property
     def pending(self) -> int:
@@ -91,16 +99,26 @@ class Sender:
         ``mark``: what to do with the sent ones (default :meth:`mark`: mark them
         published now; the held claims keep some to mark later).
 
-        Only the broker's connection and channel errors hold claims back (they are sent
-        again, same task ids, once it is back). Anything else raised for one message (a
-        row whose message cannot be built) drops that fire and puts its task in error
-        with the reason: the rest of the batch goes out.
+        A fire a second publish could run twice is recorded ``sending`` just before its
+        chunk goes (the re-check: a task disabled since is not sent), so a fire is sent at
+        most once whatever stops beat. Only the broker's connection and channel errors
+        hold claims back; what reached the broker is marked, what surely did not is sent
+        again (same task ids) once it is back, and what may have is never sent again
+        (``beat.outcome``). Anything else raised for one message (a row whose message
+        cannot be built) drops that fire and puts its task in error with the reason.
         """
+        self._mark_leftovers()
         if not claims:
             self._pending = []
             return True
+        with self.stop.sending():
+            return self._publish(claims, mark)
+
+    def _publish(self, claims: list[Claim], mark: Callable[[list[Claim]], None] | None) -> bool:
         sent: list[Claim] = []
         failed: list[tuple[Claim, str]] = []
+        #: What waits for the next attempt, once a chunk failed (``None``: none failed).
+        pending: list[Claim] | None = None
         done = 0
         try:
             producer = self.broker.producer
@@ -112,30 +130,52 @@ class Sender:
                 dispatcher = self._dispatcher = Dispatcher(self.app, producer)
             for start in range(0, len(claims), PUBLISH_CHUNK):
                 done = start
-                chunk = claims[start : start + PUBLISH_CHUNK]
-                went: list[Claim] = []
-                # One Redis pipeline (kombu >= 5.7) or one wait for RabbitMQ's confirms per
-                # chunk; a failed flush leaves the whole chunk pending, same task ids.
-                with dispatcher.batch(PUBLISH_CHUNK):
-                    for claim in chunk:
-                        try:
-                            dispatcher.send(claim)
-                            faults.hit("mid_batch")
-                        except broker_errors:
-                            raise
-                        except Exception as exc:
-                            failed.append((claim, _unsendable(exc)))
-                        else:
-                            went.append(claim)
-                sent.extend(went)
+                if self.stop.requested:  # beat is stopping: the rest is handed back
+                    self._pending = claims[start:]
+                    self._record(sent, failed, mark)
+                    return False
+                chunk = self._intend(claims[start : start + PUBLISH_CHUNK])
+                handed: list[Claim] = []
+                failing: Claim | None = None
+                try:
+                    # One Redis transaction or one wait for RabbitMQ's confirms per chunk.
+                    with dispatcher.batch(PUBLISH_CHUNK):
+                        for claim in chunk:
+                            failing = claim
+                            try:
+                                dispatcher.send(claim)
+                                faults.hit("mid_batch")
+                            except broker_errors:
+                                raise
+                            except Exception as exc:
+                                failed.append((claim, _unsendable(exc)))
+                            else:
+                                handed.append(claim)
+                        failing = None
+                except broker_errors as exc:
+                    rest = chunk[chunk.index(failing) + 1 :] if failing is not None else []
+                    outcome = settle(handed, failing, rest, exc, buffered=dispatcher.buffered)
+                    sent.extend(outcome.went)
+                    again = [c for c in outcome.unsure if not self._once(c)]
+                    pending = [*outcome.unsent, *again, *claims[start + PUBLISH_CHUNK :]]
+                    self._lost_answer([c for c in outcome.unsure if self._once(c)])
+                    self.claimer.release([c for c in outcome.unsent if self._once(c)])
+                    raise
+                sent.extend(handed)
             done = len(claims)
         except Exception as exc:  # broker errors come in many types; none may kill beat
+            if pending is None:  # failed before any chunk went out: it all waits
+                gone = {c.task_id for c, _ in failed} | {c.task_id for c in sent}
+                pending = [c for c in claims[done:] if c.task_id not in gone]
+            self._pending = pending
+            if isinstance(exc, DATABASE_ERRORS):
+                # The ledger is away: the loop backs off; what went is marked later.
+                self._record(sent, failed, mark)
+                raise
             if isinstance(exc, ImportError) and not self._told_transport:
                 # kombu imports its transport lazily: a missing package shows up here.
                 self._told_transport = True
                 logger.critical("beat: %s", driver_hint(exc, str(self.app.conf.broker_url)))
-            lost = {c.task_id for c, _ in failed}
-            self._pending = [c for c in claims[done:] if c.task_id not in lost]
             if self.metrics is not None:
                 self.metrics.failed("broker")
             logger.error(
@@ -161,6 +201,49 @@ class Sender:
         self._pending = self.claimer.recheck(self._pending)
         return self.publish(self._pending)
 
+    def hand_back(self) -> int:
+        """At close: mark what went, and hand the claims still waiting to the next beat."""
+        self._mark_leftovers()
+        waiting, self._pending = self._pending, []
+        return self.claimer.hand_back(waiting)
+
+    def _once(self, claim: Claim) -> bool:
+        """Whether a second publish of ``claim`` could run it twice (see the seam)."""
+        return not self.claimer.seam.redeliverable(claim.task)
+
+    def _intend(self, chunk: list[Claim]) -> list[Claim]:
+        """Record the chunk's fires that must go at most once as ``sending``; return the
+        chunk less those the ledger refused (taken over, or their task disabled)."""
+        once = [c for c in chunk if self._once(c)]
+        if not once:
+            return chunk
+        going = {c.task_id for c in self.claimer.mark_sending(once)}
+        once_ids = {c.task_id for c in once}
+        return [c for c in chunk if c.task_id not in once_ids or c.task_id in going]
+
+    def _lost_answer(self, unsure: list[Claim]) -> None:
+        """Record fires the broker may or may not have taken: sent at most once, they are
+        marked published with the reason (a CronTask's is sent again: its guard starts
+        one copy)."""
+        once = [c for c in unsure if self._once(c)]
+        if once:
+            logger.warning(
+                "beat: the broker's answer for %d fire(s) was lost; they may have gone out "
+                "and are not sent again",
+                len(once),
+            )
+            self.claimer.mark_maybe_sent(once)
+
+    def _mark_leftovers(self) -> None:
+        """Mark published what went while the database was away (kept in memory)."""
+        if self._unmarked:
+            leftovers, self._unmarked = self._unmarked, []
+            try:
+                self.claimer.mark_published(leftovers)
+            except DATABASE_ERRORS:
+                self._unmarked = leftovers
+                raise
+
     def mark(self, claims: list[Claim], ago: Mapping[str, float] | None = None) -> None:
         """Mark ``claims`` published in the ledger (``ago``: seconds since each went, by
         task id, when they are marked later than that)."""
@@ -183,9 +266,14 @@ class Sender:
         failed: list[tuple[Claim, str]],
         mark: Callable[[list[Claim]], None] | None,
     ) -> None:
-        """Mark the sent claims, drop the unsendable ones, and count both."""
+        """Mark the sent claims, drop the unsendable ones, and count both. Sent claims
+        whose mark the database did not take are kept and marked at the next publish."""
         if sent:
-            (self.mark if mark is None else mark)(sent)
+            try:
+                (self.mark if mark is None else mark)(sent)
+            except DATABASE_ERRORS:
+                self._unmarked.extend(sent)
+                raise
         if failed:
             self.claimer.drop(failed)
             self.report([(claim.name, reason) for claim, reason in failed])

@@ -38,6 +38,7 @@ __all__ = [
     "Command",
     "CommandError",
     "Settings",
+    "app_argument",
     "command_error",
     "emit_json",
     "fmt_time",
@@ -95,13 +96,23 @@ def get_app(ctx: click.Context) -> Any:
     return obj.app
 
 
+def app_argument(ctx: click.Context) -> str | None:
+    """Return what ``celery -A`` was given (the module to name in hints), if known.
+
+    The app's own name (``Celery("...")``) is often not importable: ``celery -A <it>``
+    would fail, so hints name what the operator typed.
+    """
+    value = ctx.find_root().params.get("app")
+    return value if isinstance(value, str) and value else None
+
+
 def get_store(ctx: click.Context, *, check: bool = True) -> Store:
     """Open the app's store once per invocation (checking its schema unless told not to)."""
     settings = get_settings(ctx)
     if settings.store is None:
         app = get_app(ctx)
         settings.secrets = app_passwords(app)
-        settings.store = Store.from_app(app)
+        settings.store = Store.from_app(app, app_name=app_argument(ctx) or app.main)
         ctx.call_on_close(settings.store.close)
         if check:
             settings.store.check_schema()
@@ -130,10 +141,33 @@ def _describe(exc: BaseException) -> tuple[str, int]:
     return f"unexpected {type(exc).__name__}: {exc}", EXIT_FAILED
 
 
+def _refuse_undecodable(ctx: click.Context) -> None:
+    """Refuse an argument that was not UTF-8 on the command line (Python hands such bytes
+    over as lone surrogates, which no database or terminal takes)."""
+    for name, value in ctx.params.items():
+        if not isinstance(value, str):
+            continue
+        for position, char in enumerate(value):
+            if "\ud800" <= char <= "\udfff":
+                shown = f"0x{ord(char) - 0xDC00:02x}" if char >= "\udc80" else repr(char)
+                flag = (
+                    name.upper()
+                    if any(
+                        isinstance(p, click.Argument) and p.name == name for p in ctx.command.params
+                    )
+                    else "--" + name.replace("_", "-")
+                )
+                raise BadInputError(
+                    f"{flag} is not valid UTF-8 (byte {shown} at position {position}): "
+                    "give it as UTF-8 text"
+                )
+
+
 class Command(CeleryCommand):  # type: ignore[misc]  # Celery ships no types
     """A cronstore command: gets the app from ``-A``; turns errors into one clean line."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        _refuse_undecodable(ctx)
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.Abort):

@@ -23,10 +23,14 @@ from celery_cronstore.cli.group import cronstore
 from celery_cronstore.config import Config
 from celery_cronstore.policy import beat_health
 from celery_cronstore.policy.retention import parse_age
+from celery_cronstore.store.heartbeat import look_backlog
 from celery_cronstore.store.migrate import head_revision
 from celery_cronstore.store.retention import PRUNE_BATCH
 
-__all__ = ["health", "migrate", "prune"]
+__all__ = ["HEALTH_TIMEOUT", "health", "migrate", "prune"]
+
+#: Seconds health's look at the store may wait for a lock or a statement.
+HEALTH_TIMEOUT = 3.0
 
 
 @cronstore.command(cls=Command)
@@ -50,6 +54,21 @@ def migrate(ctx: click.Context) -> None:
     show_default=True,
     help="Healthy only if some beat ticked within this many seconds.",
 )
+@click.option(
+    "--max-late",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Unhealthy when a due task is unclaimed, or a claim unpublished, this many "
+    "seconds after its time.  [default: cronstore_lease]",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=HEALTH_TIMEOUT,
+    show_default=True,
+    help="Longest health's look at the store waits for a lock or a statement; a look "
+    "that runs out of time (a locked table) is unhealthy.",
+)
 @click.option("--host", help="Only beats running on this host (node names start HOST:).")
 @click.option(
     "--this-host",
@@ -57,11 +76,23 @@ def migrate(ctx: click.Context) -> None:
     help="Only beats on the host running this command (a per-pod liveness probe).",
 )
 @click.pass_context
-def health(ctx: click.Context, max_age: float, host: str | None, this_host: bool) -> None:
-    """Exit 0 if a beat ticked within --max-age seconds and is not stalled, else 1.
+def health(
+    ctx: click.Context,
+    max_age: float,
+    max_late: float | None,
+    timeout: float,
+    host: str | None,
+    this_host: bool,
+) -> None:
+    """Exit 0 if a beat ticked within --max-age seconds, is not stalled, and no due work
+    waits longer than --max-late; else 1.
 
     Stalled: it has had due fires it could neither claim nor publish for longer than
-    the lease (``cronstore_lease``). A liveness probe for beat's container.
+    the lease (``cronstore_lease``). Due work waiting: an enabled task due longer than
+    --max-late ago that no beat claimed, or a claim not published that long after its
+    fire time (the store as a whole, whatever --host says); a look that cannot get an
+    answer within --timeout (a locked table) is unhealthy too, and an unreachable store
+    is exit 1 with one line. A liveness probe for beat's container.
     """
     if host is not None and this_host:
         raise BadInputError("give --host or --this-host, not both")
@@ -71,9 +102,11 @@ def health(ctx: click.Context, max_age: float, host: str | None, this_host: bool
     beats = store.beats()
     if host is not None:
         beats = [b for b in beats if b.node.startswith(f"{host}:")]
-    now = store.now()
     lease = Config.from_app(get_app(ctx)).lease
-    healthy, reason = beat_health(beats, now, max_age=max_age, stall_limit=lease)
+    limit = lease if max_late is None else max_late
+    backlog = look_backlog(store.db, limit=limit, timeout=timeout)
+    now = backlog.now
+    healthy, reason = beat_health(beats, now, max_age=max_age, stall_limit=limit, backlog=backlog)
     if not beats:
         where = f" on host {host}" if host is not None else ""
         reason = f"unhealthy: no beat{where} has ever ticked in {store.url}"
@@ -84,6 +117,14 @@ def health(ctx: click.Context, max_age: float, host: str | None, this_host: bool
                 "reason": reason,
                 "now": now,
                 "max_age": max_age,
+                "max_late": limit,
+                "backlog": {
+                    "overdue": backlog.overdue,
+                    "oldest_due": backlog.oldest_due,
+                    "unpublished": backlog.unpublished,
+                    "oldest_claim": backlog.oldest_claim,
+                    "blocked": backlog.blocked,
+                },
                 "beats": [b._asdict() for b in beats],
             }
         )

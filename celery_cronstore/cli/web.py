@@ -5,10 +5,18 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+from typing import Any
 
 import click
 
-from celery_cronstore.cli.base import BadInputError, Command, get_app, get_settings, get_store
+from celery_cronstore.cli.base import (
+    BadInputError,
+    Command,
+    CommandError,
+    get_app,
+    get_settings,
+    get_store,
+)
 from celery_cronstore.cli.group import cronstore
 
 __all__ = ["web"]
@@ -38,6 +46,15 @@ def is_loopback(host: str) -> bool:
     envvar="CRONSTORE_WEB_USERS",
     help="Basic-auth users as user:password[,user:password]. Prefer CRONSTORE_WEB_USERS.",
 )
+@click.option(
+    "--allowed-hosts",
+    envvar="CRONSTORE_WEB_ALLOWED_HOSTS",
+    metavar="NAMES",
+    help="Host names the dashboard answers besides localhost and --host, as "
+    "a.example,.b.example (a leading dot: the domain and its subdomains). Added to the "
+    "cronstore_web_allowed_hosts setting.",
+)
+@click.option("--check", is_flag=True, help="Check the options and the store, then exit.")
 @click.pass_context
 def web(
     ctx: click.Context,
@@ -46,44 +63,79 @@ def web(
     read_only: bool,
     token: str | None,
     users: str | None,
+    allowed_hosts: str | None,
+    check: bool,
 ) -> None:
     """Serve the web dashboard: tasks, history, problems; edits with a login.
 
     Bound to 127.0.0.1 by default. Any other address needs a token or users. On
     127.0.0.1 without either (and without --read-only) a one-time token is printed.
+    Pages are served only to the Host names localhost, the --host address and
+    --allowed-hosts (DNS rebinding).
     """
     try:
         from werkzeug.serving import run_simple
 
-        from celery_cronstore.web import create_app
+        from celery_cronstore.web import allowed_hosts_of, create_app
         from celery_cronstore.web.auth import parse_users
+        from celery_cronstore.web.guard import parse_hosts
     except ImportError as exc:
         raise BadInputError(
             f"the dashboard needs the web extra: pip install 'celery-cronstore[web]' ({exc})"
         ) from None
-    user_map = parse_users(users or "")
+    try:
+        user_map = parse_users(users or "")
+    except ValueError as exc:
+        raise BadInputError(f"--users: {exc}") from None
+    app = get_app(ctx)
+    hosts = [*allowed_hosts_of(app), *_host_names(allowed_hosts or "", parse_hosts)]
     if not is_loopback(host) and not (token or user_map):
         raise BadInputError(
             f"refusing to listen on {host} without credentials: set CRONSTORE_WEB_TOKEN "
             "or CRONSTORE_WEB_USERS (or bind to 127.0.0.1)"
         )
-    if not (token or user_map or read_only):
+    if not (token or user_map or read_only or check):
         token = secrets.token_urlsafe(24)
         click.echo(f"one-time login token (this run only): {token}", err=True)
-    app = get_app(ctx)
     store = get_store(ctx)
-    dashboard = create_app(
-        store,
-        token=token,
-        users=user_map,
-        read_only=read_only,
-        celery_app=app,
-        secrets=get_settings(ctx).secrets,
-        metrics=_has_prometheus(),
-    )
+    try:
+        dashboard = create_app(
+            store,
+            token=token,
+            users=user_map,
+            read_only=read_only,
+            celery_app=app,
+            secrets=get_settings(ctx).secrets,
+            metrics=_has_prometheus(),
+            allowed_hosts=hosts,
+            bound_host=host,
+        )
+    except ValueError as exc:  # a token too short, a user without a password
+        raise BadInputError(str(exc)) from None
     mode = "read-only" if dashboard.read_only else "read-write with login"
-    click.echo(f"cronstore dashboard on http://{host}:{port}/ ({mode}); store {store.url}")
-    run_simple(host, port, dashboard, threaded=True, use_reloader=False)
+    names = ", ".join(dashboard.hosts.allowed)
+    where = f"http://{_url_host(host)}:{port}/"
+    click.echo(f"cronstore dashboard on {where} ({mode}; Host names: {names}); store {store.url}")
+    if check:
+        return
+    try:
+        run_simple(host, port, dashboard, threaded=True, use_reloader=False)
+    except OSError as exc:  # the port is taken, the address is not this machine's
+        raise CommandError(f"cannot listen on {host}:{port}: {exc}") from None
+
+
+def _host_names(text: str, parse: Any) -> list[str]:
+    names: list[str] = parse(text)
+    for name in names:
+        if name != "*" and not all(c.isalnum() or c in ".-:_" for c in name.lstrip(".")):
+            raise BadInputError(
+                f"--allowed-hosts: {name[:80]!r} is not a host name (letters, digits, . - :)"
+            )
+    return names
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _has_prometheus() -> bool:

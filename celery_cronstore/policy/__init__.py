@@ -54,6 +54,7 @@ from celery_cronstore.policy.messages import (
     option_problems,
     send_refusal,
 )
+from celery_cronstore.policy.plain import PlainDecision, PlainSnapshot, decide_plain_start
 from celery_cronstore.policy.redelivery import (
     RedeliveryDecision,
     RedeliverySnapshot,
@@ -100,6 +101,8 @@ __all__ = [
     "Backlog",
     "EditPlan",
     "Entry",
+    "PlainDecision",
+    "PlainSnapshot",
     "Plan",
     "RedeliveryDecision",
     "RedeliverySnapshot",
@@ -116,6 +119,7 @@ __all__ = [
     "choose",
     "deadline",
     "decide_abandoned",
+    "decide_plain_start",
     "decide_redelivery",
     "decide_start",
     "decide_take_over",

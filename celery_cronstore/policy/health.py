@@ -3,17 +3,26 @@
 A beat is *alive* when its last heartbeat is at most ``max_age`` old, and *stalled* when
 it has had due fires it could neither claim nor publish for longer than ``stall_limit``
 (the lease: after that, the fires it owes are late by more than the replicas promise).
-The store is healthy when at least one alive beat is not stalled.
+
+A heartbeat alone cannot tell the whole truth: a beat blocked on a cut or paused database
+link, on a locked table or on a broker that refuses messages writes no heartbeat, and its
+last one still says "fine" until it is ``max_age`` old. So health also reads the store's
+*backlog* (:class:`Backlog`): enabled tasks due longer than ``stall_limit`` ago that no
+beat claimed, and claims not published that long after their fire time. Any of them, or a
+backlog look that could not get an answer in time (a table locked), is unhealthy,
+whatever the heartbeats say. The store is healthy when at least one alive beat is not
+stalled and the backlog is empty.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from celery_cronstore.records import Beat
 
-__all__ = ["CLOCK_WARN", "CLOCK_WARN_EVERY", "beat_health"]
+__all__ = ["CLOCK_WARN", "CLOCK_WARN_EVERY", "Backlog", "backlog_problem", "beat_health"]
 
 #: A host clock further than this (seconds) from the database's is reported.
 CLOCK_WARN = 1.0
@@ -21,10 +30,61 @@ CLOCK_WARN = 1.0
 CLOCK_WARN_EVERY = 300.0
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """What the store owes: due work no beat has done, as one look at the store saw it."""
+
+    #: The database's time of the look.
+    now: datetime
+    #: Enabled tasks (not in error) whose ``next_run`` is more than the limit ago.
+    overdue: int = 0
+    #: The oldest such ``next_run``.
+    oldest_due: datetime | None = None
+    #: Fires claimed (or being sent) but not published, whose fire time is more than the
+    #: limit ago.
+    unpublished: int = 0
+    #: The oldest such fire time.
+    oldest_claim: datetime | None = None
+    #: Why the look got no answer (a lock or statement timeout), or ``None``.
+    blocked: str | None = None
+
+
+def backlog_problem(backlog: Backlog, limit: float) -> str | None:
+    """Return why ``backlog`` is unhealthy (one line), or ``None`` when it is not."""
+    if backlog.blocked is not None:
+        return (
+            f"unhealthy: the store did not answer health's look within its timeout "
+            f"({backlog.blocked}): the task or fire table is locked (a migration, a LOCK "
+            f"TABLE, a long transaction), so beats could not claim or publish either"
+        )
+    parts: list[str] = []
+    if backlog.overdue and backlog.oldest_due is not None:
+        late = (backlog.now - backlog.oldest_due).total_seconds()
+        parts.append(f"{backlog.overdue} enabled task(s) due for up to {late:.1f}s not claimed")
+    if backlog.unpublished and backlog.oldest_claim is not None:
+        late = (backlog.now - backlog.oldest_claim).total_seconds()
+        parts.append(
+            f"{backlog.unpublished} claimed fire(s) due for up to {late:.1f}s not published"
+        )
+    if not parts:
+        return None
+    return (
+        f"unhealthy: {'; '.join(parts)} (more than the lease of {limit:g}s): beats could "
+        "not claim or publish them (database unreachable or locked, broker refusing, "
+        "or no beat running)"
+    )
+
+
 def beat_health(
-    beats: Sequence[Beat], now: datetime, *, max_age: float, stall_limit: float
+    beats: Sequence[Beat],
+    now: datetime,
+    *,
+    max_age: float,
+    stall_limit: float,
+    backlog: Backlog | None = None,
 ) -> tuple[bool, str]:
-    """Return (healthy, one line saying why) for ``beats`` (newest heartbeat first)."""
+    """Return (healthy, one line saying why) for ``beats`` (newest heartbeat first) and
+    the store's ``backlog`` (``None``: not looked at)."""
     if not beats:
         return False, "unhealthy: no beat has ever ticked"
     alive = [b for b in beats if (now - b.last_tick).total_seconds() <= max_age]
@@ -35,6 +95,9 @@ def beat_health(
             f"unhealthy: newest beat tick was {age:.1f}s ago (max {max_age:g}s), "
             f"by {newest.node} at {newest.last_tick.isoformat()}"
         )
+    problem = None if backlog is None else backlog_problem(backlog, stall_limit)
+    if problem is not None:
+        return False, problem
     for candidate in alive:
         stalled = _stalled_for(candidate, now)
         if stalled is None or stalled <= stall_limit:

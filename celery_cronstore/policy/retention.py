@@ -44,6 +44,8 @@ __all__ = [
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+#: The longest age (1000 years): ``now - age`` must stay a date.
+_MAX_AGE_DAYS = 365_000
 _AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", re.IGNORECASE)
 
 
@@ -110,6 +112,8 @@ def parse_age(text: str) -> timedelta:
     seconds = float(match.group(1)) * _UNITS[(match.group(2) or "d").lower()]
     if seconds <= 0:
         raise ValueError(f"age {text!r} must be more than zero")
+    if seconds > _MAX_AGE_DAYS * 86_400:  # a cutoff before year 1 would overflow datetime
+        raise ValueError(f"age {text!r} is too long: at most {_MAX_AGE_DAYS}d")
     return timedelta(seconds=seconds)
 
 

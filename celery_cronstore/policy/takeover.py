@@ -10,11 +10,15 @@ In order, first match wins:
 
 1. the lease has not run out: **not taken over** (``None``) — the claim is still its
    claimer's, which may be publishing it right now;
-2. beat would now refuse to send the row (it was edited since the claim: another task
+2. its claimer stopped while handing it to the broker (state ``sending``): it may have
+   gone, so it is **not sent again**: recorded ``published`` with that reason (and a
+   start lease when the ledger will see it start, so a fire that never went ends
+   ``lost``). At most once, whatever stopped beat;
+3. beat would now refuse to send the row (it was edited since the claim: another task
    name, unsafe options, a name no longer allowed or registered): **closed** ``dropped``;
-3. the task was disabled: **closed** ``dropped``;
-4. past the claim's starting deadline (``expires``): **closed** ``expired``;
-5. otherwise **taken over**: the beat that asks becomes the claimer, with a fresh lease.
+4. the task was disabled: **closed** ``dropped``;
+5. past the claim's starting deadline (``expires``): **closed** ``expired``;
+6. otherwise **taken over**: the beat that asks becomes the claimer, with a fresh lease.
 
 Either way the attempt counts one more and the asking beat is recorded as the claimer, so
 a late mark by the first claimer (fenced on its attempt) finds nothing to mark.
@@ -32,6 +36,7 @@ from celery_cronstore.states import FireState
 
 __all__ = [
     "DISABLED",
+    "MAYBE_SENT",
     "NEVER_PUBLISHED",
     "TakeOverDecision",
     "TakeOverSnapshot",
@@ -40,6 +45,11 @@ __all__ = [
 
 #: Why the claim of a task disabled since is closed (after ``not re-published: ``).
 DISABLED = "the task was disabled before its fire went out"
+#: Why a fire whose beat stopped while sending it is recorded published, not sent again.
+MAYBE_SENT = (
+    "its beat stopped while handing it to the broker: it may have gone out, so it is not "
+    "sent again (a fire is sent at most once)"
+)
 #: Why a claim past its starting deadline is closed.
 NEVER_PUBLISHED = "publish never completed before the starting deadline"
 
@@ -62,6 +72,11 @@ class TakeOverSnapshot:
     enabled: bool
     #: The claim's starting deadline, if the task has one.
     expires: datetime | None
+    #: Whether the claim is ``sending`` (its claimer stopped while sending it).
+    sending: bool = False
+    #: The start lease of a fire recorded published now (``policy.start_lease``), when the
+    #: ledger will see it start.
+    start_lease: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,8 @@ class TakeOverDecision:
     #: ``None``: still ``claimed``, to be published again; else the state it is closed in.
     state: FireState | None = None
     reason: str | None = None
+    #: When it counts as published (a fire that may have gone out).
+    published_at: datetime | None = None
 
     @property
     def republish(self) -> bool:
@@ -89,6 +106,8 @@ class TakeOverDecision:
         }
         if self.state is not None:
             values.update(state=self.state, reason=self.reason)
+        if self.published_at is not None:
+            values["published_at"] = self.published_at
         return values
 
 
@@ -97,6 +116,10 @@ def decide_take_over(snap: TakeOverSnapshot) -> TakeOverDecision | None:
     if snap.lease_until is not None and snap.lease_until >= snap.now:
         return None
     attempt = snap.attempts + 1
+    if snap.sending:
+        return TakeOverDecision(
+            attempt, snap.node, snap.start_lease, FireState.PUBLISHED, MAYBE_SENT, snap.now
+        )
     refused = snap.refused
     if refused is None and not snap.enabled:
         refused = DISABLED

@@ -117,7 +117,14 @@ class Claimer:
         self.beats = BeatHeartbeat(db, node)
         self.look = Look(db, node, self.beats, hold=hold)
         self.marks = Marks(db, node, self.seam, self.look, start_timeout=start_timeout)
-        self.takeover = TakeOver(db, node, self.check, lease=self.lease, batch_size=batch_size)
+        self.takeover = TakeOver(
+            db,
+            node,
+            self.check,
+            lease=self.lease,
+            batch_size=batch_size,
+            start_timeout=start_timeout,
+        )
         self.inflight = InFlight(
             db,
             self.seam,
@@ -169,6 +176,22 @@ class Claimer:
     ) -> int:
         """Mark claims published, fenced on node and attempt: :meth:`Marks.mark_published`."""
         return self.marks.mark_published(claims, ago)
+
+    def mark_sending(self, claims: list[Claim]) -> list[Claim]:
+        """Record claims as being sent; return those to send: :meth:`Marks.mark_sending`."""
+        return self.marks.mark_sending(claims)
+
+    def mark_maybe_sent(self, claims: list[Claim]) -> int:
+        """Record fires the broker may have taken: :meth:`Marks.mark_maybe_sent`."""
+        return self.marks.mark_maybe_sent(claims)
+
+    def release(self, claims: list[Claim]) -> int:
+        """Put back claims that surely did not go: :meth:`Marks.release`."""
+        return self.marks.release(claims)
+
+    def hand_back(self, claims: list[Claim]) -> int:
+        """Hand unsent claims to the next beat at once: :meth:`Marks.hand_back`."""
+        return self.marks.hand_back(claims)
 
     def drop(self, failed: list[tuple[Claim, str]]) -> int:
         """Record claims that could not be sent, and their tasks: :meth:`Marks.drop`."""

@@ -1,7 +1,16 @@
-"""Engine construction, the dialect probe and the database clock."""
+"""Engine construction, the dialect probe and the database clock.
+
+A lost connection (a server shut down, crashed or failed over) is recognised from the
+driver's error (:func:`connection_lost`), also when the driver has not yet marked its
+connection broken: the whole pool is then made stale (every pooled connection is replaced
+at its next checkout, none is handed out dead), and a connection going back to the pool is
+not rolled back once the server hung up on it (SQLAlchemy's default reset logs that
+failure with a traceback, "Exception during reset or similar").
+"""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import weakref
@@ -13,21 +22,29 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, ExceptionContext, make_url
-from sqlalchemy.pool import PoolProxiedConnection, QueuePool, StaticPool
+from sqlalchemy.pool import (
+    ConnectionPoolEntry,
+    PoolProxiedConnection,
+    PoolResetState,
+    QueuePool,
+    StaticPool,
+)
 
 from celery_cronstore.errors import StoreError, StoreUnavailableError
-from celery_cronstore.store.urls import driver_hint, url_problem
+from celery_cronstore.store.urls import driver_hint, network_args, url_problem
 
 __all__ = [
     "DATABASE_ERRORS",
     "WRITE_OPTION",
     "Dialect",
     "as_utc",
+    "connection_lost",
     "create_store_engine",
     "db_now",
     "driver_error",
     "now_expression",
     "redact",
+    "stale_pool",
     "unavailable",
 ]
 
@@ -40,6 +57,8 @@ DATABASE_ERRORS: tuple[type[Exception], ...] = (StoreUnavailableError, sa.exc.SQ
 WRITE_OPTION = "cronstore_write"
 
 Clock = Callable[[], datetime]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,7 +97,15 @@ def create_store_engine(
         options["poolclass"] = _pool_class(parsed)
     if parsed.get_backend_name() != "sqlite":
         options.setdefault("pool_pre_ping", True)
+        options["connect_args"] = network_args(
+            parsed.get_backend_name(), session_timeout, options.get("connect_args")
+        )
+        own_reset = "pool" not in options and "pool_reset_on_return" not in options
+        if own_reset:  # _reset_quietly does SQLAlchemy's rollback-on-return instead
+            options["pool_reset_on_return"] = None
         engine = _create(parsed, url, options)
+        if own_reset:
+            _reset_quietly(engine)
         if session_timeout is not None:
             _limit_sessions(engine, session_timeout)
         return _fork_safe(engine)
@@ -126,6 +153,11 @@ def _create(parsed: URL, url: str, options: dict[str, Any]) -> Engine:
 
     @event.listens_for(engine, "handle_error")
     def _on_error(context: ExceptionContext) -> BaseException | None:
+        # psycopg marks its connection broken only once it reads the closed socket, not
+        # on the server's last words (AdminShutdown): say it is a disconnect, so SQLAlchemy
+        # invalidates this connection and every other one of the pool (a pre-ping too).
+        if not context.is_disconnect and connection_lost(context.original_exception):
+            context.is_disconnect = True
         # A failed pre-ping must stay SQLAlchemy's: the pool reconnects on it.
         if context.is_pre_ping or not _translated(context.sqlalchemy_exception):
             return None
@@ -154,9 +186,37 @@ def _translated(error: BaseException | None) -> bool:
 #: Driver errors that mean the database cannot serve now, not that the statement is wrong.
 _UNAVAILABLE = (sa.exc.OperationalError, sa.exc.InterfaceError)
 #: PostgreSQL SQLSTATEs psycopg raises as other classes: a missing grant (42501, a
-#: ProgrammingError; MySQL and MariaDB say it with an OperationalError) and a session
-#: cut off by ``idle_in_transaction_session_timeout`` (25P03, an InternalError).
-_STATES = frozenset({"42501", "25P03"})
+#: ProgrammingError; MySQL and MariaDB say it with an OperationalError), a session cut
+#: off by ``idle_in_transaction_session_timeout`` (25P03, an InternalError) and a write
+#: on a standby (25006: a URL without ``target_session_attrs=read-write``, or a primary
+#: demoted under a session).
+_STATES = frozenset({"42501", "25P03", "25006"})
+#: PostgreSQL SQLSTATEs of a session the server ended or cannot serve: class 08 (connection
+#: exception), the server shutting down (57P01 admin, 57P02 crash; a killed postmaster's
+#: backends say 57P01), starting up or in recovery (57P03), a standby (25006).
+_GONE = frozenset({"57P01", "57P02", "57P03", "25006"})
+
+
+def connection_lost(exc: BaseException | None) -> bool:
+    """Return whether driver error ``exc`` means its connection is gone for good: the
+    server shut down, crashed or became a standby (PostgreSQL's SQLSTATE, or psycopg's
+    connection state), whatever the driver says of the connection yet."""
+    state = getattr(exc, "sqlstate", None)
+    if isinstance(state, str):
+        return state.startswith("08") or state in _GONE
+    pgconn = getattr(exc, "pgconn", None)
+    # libpq's CONNECTION_OK is 0; anything else is a connection that cannot be used again
+    return pgconn is not None and getattr(pgconn, "status", 0) != 0
+
+
+def stale_pool(engine: Engine) -> None:
+    """Have ``engine``'s pool replace every connection it holds at its next checkout
+    (closed without a reset), as SQLAlchemy does itself on a disconnect it recognises;
+    connections opened after this call are kept."""
+    # Pool._invalidate is what Connection uses on a disconnect; with no connection it only
+    # moves the pool's invalidation time (no public call does that without a connection).
+    pool: Any = engine.pool
+    pool._invalidate(None, _checkin=False)
 
 
 def unavailable(
@@ -189,8 +249,39 @@ def driver_error(
     if not _translated(error):
         return error
     driver: Any = exc  # one of the driver's errors (``error`` wraps it)
-    unreachable = opening or dialect.is_disconnect(driver, None, None)
-    return unavailable(engine.url, exc, unreachable=unreachable)
+    gone = connection_lost(exc) or dialect.is_disconnect(driver, None, None)
+    if gone:  # the pooled connections are as dead as this one: none is handed out again
+        stale_pool(engine)
+    return unavailable(engine.url, exc, unreachable=opening or gone)
+
+
+def _reset_quietly(engine: Engine) -> None:
+    """Roll back each connection going back to ``engine``'s pool, as SQLAlchemy's default
+    reset does, except one whose server is gone: that one is invalidated (and the pool made
+    stale) without the failed rollback's traceback. A detached connection being closed is
+    not rolled back at all (its server ends the transaction with the session)."""
+
+    @event.listens_for(engine, "reset")
+    def _on_reset(
+        dbapi_conn: Any, record: ConnectionPoolEntry | None, state: PoolResetState
+    ) -> None:
+        if state.terminate_only or state.transaction_was_reset or not state.asyncio_safe:
+            return
+        failure: BaseException | None = None
+        if getattr(dbapi_conn, "closed", False) is not True:  # psycopg: hung up on
+            try:
+                dbapi_conn.rollback()
+                return
+            except engine.dialect.loaded_dbapi.Error as exc:
+                if not (
+                    connection_lost(exc) or engine.dialect.is_disconnect(exc, dbapi_conn, None)
+                ):
+                    raise  # a live connection that cannot roll back: SQLAlchemy says so
+                failure = exc
+        logger.debug("dropping a pooled connection the server closed (%s)", failure)
+        stale_pool(engine)
+        if record is not None:
+            record.invalidate(failure)
 
 
 def _queue_pooled(url: URL) -> bool:

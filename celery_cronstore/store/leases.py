@@ -3,8 +3,8 @@
 Three kinds of fire wait for beat once a lease lapses, each settled by one part of
 :class:`~celery_cronstore.store.Claimer`: :func:`silent` (started, worker stopped
 heartbeating: ``store.inflight``), :func:`unstarted` (published, never started:
-``store.inflight``) and :func:`unpublished` (claimed, never published:
-``store.takeover``). The PostgreSQL idle look (``store.idle``) asks the same conditions
+``store.inflight``) and :func:`unpublished` (claimed or being sent, never marked
+published: ``store.takeover``). The PostgreSQL idle look (``store.idle``) asks the same conditions
 whether any wait.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from celery_cronstore.states import WORKER_RUNNING, FireState
+from celery_cronstore.states import UNSENT, WORKER_RUNNING, FireState
 from celery_cronstore.store.schema import fire
 
 __all__ = ["IN_CHUNK", "NO_HEARTBEATS", "silent", "unpublished", "unstarted"]
@@ -46,5 +46,6 @@ def unstarted(now: Any) -> sa.ColumnElement[bool]:
 
 
 def unpublished(now: Any) -> sa.ColumnElement[bool]:
-    """Claims whose lease ran out by ``now`` before they were published."""
-    return sa.and_(_F.state == FireState.CLAIMED, _F.lease_until < now)
+    """Claims whose lease ran out by ``now`` before they were surely published: still
+    ``claimed`` (never sent) or ``sending`` (their beat stopped while sending them)."""
+    return sa.and_(_F.state.in_(UNSENT), _F.lease_until < now)

@@ -1,7 +1,16 @@
-"""What beat records once it tried to send its claims: published, dropped, or gone stale.
+"""What beat records around sending its claims: sending, published, dropped, released.
 
-:class:`Marks` writes the outcome of a publish to the ledger, fenced on the claimer (and
-the claim's attempt), so a beat that lost its claim to a take-over changes nothing.
+:class:`Marks` writes each step of a send to the ledger, fenced on the claimer (and the
+claim's attempt), so a beat that lost its claim to a take-over changes nothing:
+
+- :meth:`Marks.mark_sending` just before a fire a second publish could run twice is
+  handed to the broker (``claimed`` to ``sending``, only while its task is enabled: the
+  re-check before every attempt). Only the fires it moved are sent.
+- :meth:`Marks.mark_published` once the broker took them; :meth:`Marks.mark_maybe_sent`
+  when the broker's answer was lost (recorded published with the reason, never sent
+  again); :meth:`Marks.release` when they surely did not go (back to ``claimed``, sent
+  again later); :meth:`Marks.hand_back` when beat stops (its lease run out at once, for
+  the next beat to take over).
 """
 
 from __future__ import annotations
@@ -13,19 +22,26 @@ import sqlalchemy as sa
 
 from celery_cronstore import policy
 from celery_cronstore.records import Claim
-from celery_cronstore.states import FireState
+from celery_cronstore.states import UNSENT, FireState
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.leases import IN_CHUNK
 from celery_cronstore.store.look import Look
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.seam import TaskSeam
 
-__all__ = ["MARK_STEP", "Marks"]
+__all__ = ["ANSWER_LOST", "DISABLED_WAITING", "MARK_STEP", "Marks"]
 
 _PT = periodic_task.c
 _F = fire.c
 #: Seconds: a claim marked published after the fact has its ``published_at`` to this step.
 MARK_STEP = 0.01
+#: Why a claim whose task was disabled (or removed) before it was sent is dropped.
+DISABLED_WAITING = "not published: the task was disabled while the fire waited"
+#: Why a fire the broker may or may not have taken is recorded published.
+ANSWER_LOST = (
+    "the broker's answer was lost while it was sent: it may have gone out, so it is not "
+    "sent again (a fire is sent at most once)"
+)
 
 
 class Marks:
@@ -82,18 +98,143 @@ class Marks:
                 for start in range(0, len(ids), IN_CHUNK):
                     result = conn.execute(
                         sa.update(fire)
-                        .where(
-                            _F.task_id.in_(ids[start : start + IN_CHUNK]),
-                            _F.state == FireState.CLAIMED,
-                            _F.claimed_by == self.node,
-                            _F.attempts == attempt,
-                        )
+                        .where(*self._mine(ids[start : start + IN_CHUNK], attempt, UNSENT))
                         .values(
                             state=FireState.PUBLISHED, published_at=published, lease_until=lease
                         )
                     )
                     marked += result.rowcount
         return marked
+
+    def mark_sending(self, claims: list[Claim]) -> list[Claim]:
+        """Record that ``claims`` are about to be handed to the broker; return those to send.
+
+        Each moves from ``claimed`` to ``sending``, fenced on this node and its attempt,
+        and only while its task is enabled: what a take-over took, or a disable (or a
+        removal) committed since the claim, is not sent. A claim of a disabled task is
+        recorded ``dropped`` with the reason. Once ``sending``, a fire is never sent again
+        by anyone: if beat stops before :meth:`mark_published`, the beat that takes its
+        lease over records it published (``policy.decide_take_over``).
+        """
+        if not claims:
+            return []
+        enabled = sa.select(_PT.id).where(_PT.enabled.is_(True))
+        moved = 0
+        by_attempt: dict[int, list[str]] = {}
+        for claim in claims:
+            by_attempt.setdefault(claim.attempt, []).append(claim.task_id)
+        with self.db.begin() as conn:
+            for attempt, ids in by_attempt.items():
+                for start in range(0, len(ids), IN_CHUNK):
+                    result = conn.execute(
+                        sa.update(fire)
+                        .where(
+                            *self._mine(
+                                ids[start : start + IN_CHUNK], attempt, (FireState.CLAIMED,)
+                            ),
+                            _F.periodic_task_id.in_(enabled.scalar_subquery()),
+                        )
+                        .values(state=FireState.SENDING)
+                    )
+                    moved += result.rowcount
+            if moved == len(claims):
+                return list(claims)
+            # Some were not moved: find which are ours to send, drop the disabled ones.
+            rows = conn.execute(
+                sa.select(_F.task_id, _F.state, _F.claimed_by, _F.attempts).where(
+                    _F.task_id.in_([c.task_id for c in claims])
+                )
+            ).all()
+            now = self.db.now(conn)
+            sending = {r.task_id for r in rows if r.state == FireState.SENDING}
+            ours = {(r.task_id, r.attempts) for r in rows if r.claimed_by == self.node}
+            stale = [
+                c.task_id
+                for c in claims
+                if c.task_id not in sending and (c.task_id, c.attempt) in ours
+            ]
+            for start in range(0, len(stale), IN_CHUNK):
+                conn.execute(
+                    sa.update(fire)
+                    .where(
+                        _F.task_id.in_(stale[start : start + IN_CHUNK]),
+                        _F.state == FireState.CLAIMED,
+                        _F.claimed_by == self.node,
+                    )
+                    .values(
+                        state=FireState.DROPPED,
+                        reason=DISABLED_WAITING,
+                        lease_until=None,
+                        finished_at=now,
+                    )
+                )
+        return [c for c in claims if c.task_id in sending and (c.task_id, c.attempt) in ours]
+
+    def mark_maybe_sent(self, claims: list[Claim]) -> int:
+        """Record ``sending`` claims the broker may or may not have taken (its answer was
+        lost) as published with the reason: at most once, they are not sent again."""
+        if not claims:
+            return 0
+        watched = [c for c in claims if self.start_timeout is not None and self._guarded(c)]
+        marked = 0
+        with self.db.begin() as conn:
+            now = self.db.now(conn)
+        seen = {c.task_id for c in watched}
+        unwatched = [c for c in claims if c.task_id not in seen]
+        for group, watching in ((watched, True), (unwatched, False)):
+            lease = policy.start_lease(now, self.start_timeout, watching)
+            marked += self._set(
+                group,
+                (FireState.SENDING,),
+                state=FireState.PUBLISHED,
+                published_at=now,
+                lease_until=lease,
+                reason=ANSWER_LOST,
+            )
+        return marked
+
+    def release(self, claims: list[Claim]) -> int:
+        """Put ``sending`` claims that surely did not go back to ``claimed`` (still this
+        beat's, under the same lease): they are sent again, after a new re-check."""
+        return self._set(claims, (FireState.SENDING,), state=FireState.CLAIMED)
+
+    def hand_back(self, claims: list[Claim]) -> int:
+        """Hand claims not sent back at once (their lease run out), for the next beat to
+        take over: beat is stopping. A ``sending`` one goes back to ``claimed`` first."""
+        if not claims:
+            return 0
+        with self.db.begin() as conn:
+            lapsed = policy.handed_back_lease(self.db.now(conn))
+        return self._set(claims, UNSENT, state=FireState.CLAIMED, lease_until=lapsed)
+
+    def _set(self, claims: list[Claim], states: tuple[FireState, ...], **values: object) -> int:
+        if not claims:
+            return 0
+        by_attempt: dict[int, list[str]] = {}
+        for claim in claims:
+            by_attempt.setdefault(claim.attempt, []).append(claim.task_id)
+        done = 0
+        with self.db.begin() as conn:
+            for attempt, ids in by_attempt.items():
+                for start in range(0, len(ids), IN_CHUNK):
+                    result = conn.execute(
+                        sa.update(fire)
+                        .where(*self._mine(ids[start : start + IN_CHUNK], attempt, states))
+                        .values(**values)
+                    )
+                    done += result.rowcount
+        return done
+
+    def _mine(
+        self, ids: list[str], attempt: int, states: tuple[FireState, ...]
+    ) -> tuple[sa.ColumnElement[bool], ...]:
+        """The fence of a write to this beat's claims ``ids`` of ``attempt`` in ``states``."""
+        return (
+            _F.task_id.in_(ids),
+            _F.state.in_(states),
+            _F.claimed_by == self.node,
+            _F.attempts == attempt,
+        )
 
     def _guarded(self, claim: Claim) -> bool:
         return self.seam.guarded(claim.task)
@@ -113,7 +254,7 @@ class Marks:
                     sa.update(fire)
                     .where(
                         _F.task_id == claim.task_id,
-                        _F.state == FireState.CLAIMED,
+                        _F.state.in_(UNSENT),
                         _F.claimed_by == self.node,
                     )
                     .values(
@@ -155,7 +296,7 @@ class Marks:
                     )
                     .values(
                         state=FireState.DROPPED,
-                        reason="not published: the task was disabled while the fire waited",
+                        reason=DISABLED_WAITING,
                         lease_until=None,
                         finished_at=now,
                     )

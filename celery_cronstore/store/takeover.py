@@ -1,12 +1,14 @@
 """Take over claims whose claimer let the lease run out before they were published.
 
-A beat that dies (or stalls) between its claim and the mark leaves fires ``claimed``.
+A beat that dies (or stalls) between its claim and the mark leaves fires ``claimed``
+(never handed to the broker) or ``sending`` (handed, or about to be: it may have gone).
 :class:`TakeOver` locks those whose lease ran out
 (:func:`~celery_cronstore.store.leases.unpublished`), asks
 :func:`~celery_cronstore.policy.decide_take_over` what becomes of each, and writes it
-fenced on the attempt it read. The claims taken over go out again under the same task
-id; fires handed back on purpose (never started, or re-run after their worker went
-silent: ``store.inflight``) come this way too.
+fenced on the attempt it read. The ``claimed`` ones taken over go out again under the
+same task id; a ``sending`` one is recorded published and never sent again. Fires handed
+back on purpose (never started, or re-run after their worker went silent:
+``store.inflight``) come this way too.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class TakeOver:
         *,
         lease: timedelta,
         batch_size: int,
+        start_timeout: float | None = None,
     ) -> None:
         self.db = db
         self.node = node
@@ -49,6 +52,8 @@ class TakeOver:
         self.check = check
         self.lease = lease
         self.batch_size = batch_size
+        #: Seconds a fire recorded published may wait for its start (``store.marks``).
+        self.start_timeout = start_timeout
 
     def reclaim_expired(self) -> list[Claim]:
         """Take over claims whose lease ran out unpublished; return them to publish again."""
@@ -85,13 +90,17 @@ class TakeOver:
                 refused=self.check.refusal(task, row),
                 enabled=task.enabled,
                 expires=claim.expires,
+                sending=m[_F.state] == FireState.SENDING,
+                start_lease=policy.start_lease(
+                    now, self.start_timeout, self.check.seam.guarded(task.task)
+                ),
             )
         )
         if decision is None:  # still its claimer's (the lock was taken as it renewed)
             return None
         result = conn.execute(
             sa.update(fire)
-            .where(_F.id == m[_F.id], _F.attempts == m[_F.attempts], _F.state == FireState.CLAIMED)
+            .where(_F.id == m[_F.id], _F.attempts == m[_F.attempts], _F.state == m[_F.state])
             .values(**decision.values())
         )
         return claim if result.rowcount == 1 and decision.republish else None

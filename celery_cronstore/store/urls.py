@@ -3,14 +3,21 @@
 Pure functions (no SQLAlchemy, no I/O): the store calls :func:`url_problem` before it
 builds an engine and :func:`driver_hint` when building one fails to import a driver;
 beat and the CLI print the result as one line. Neither message ever contains the URL's
-password.
+password. :func:`network_args` is the driver options that bound every network wait.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["EXTRA_OF_MODULE", "driver_hint", "url_problem"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "EXTRA_OF_MODULE",
+    "driver_hint",
+    "network_args",
+    "url_problem",
+]
 
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
 
@@ -94,3 +101,43 @@ def driver_hint(exc: ImportError, url: str) -> str:
 def _module_in_message(message: str) -> str | None:
     found = re.search(r"No module named '([^']+)'", message)
     return found.group(1) if found else None
+
+
+#: Seconds a new database connection may take to open (libpq's ``connect_timeout``,
+#: PyMySQL's): a paused or black-holed link fails the attempt instead of hanging.
+CONNECT_TIMEOUT = 5
+#: TCP keepalive: idle seconds before the first probe, seconds between probes, probes.
+KEEPALIVE = (10, 5, 3)
+#: Seconds a driver may wait for a reply beyond the session's own statement limit.
+READ_SLACK = 5.0
+
+
+def network_args(
+    backend: str, session_timeout: float | None, given: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Return the driver's ``connect_args`` that bound every wait on the network, with the
+    caller's ``given`` ones on top.
+
+    PostgreSQL (psycopg): a connect timeout, TCP keepalives, and ``tcp_user_timeout``
+    (sent data unacknowledged that long closes the link: a dead server host or a
+    partition ends a wait that the server's own timeouts cannot, as it never sees the
+    statement). MySQL/MariaDB (PyMySQL): a connect timeout and, with a
+    ``session_timeout``, read and write timeouts a little longer than it. SQLite: none.
+    """
+    args: dict[str, Any] = {}
+    if backend == "postgresql":
+        idle, interval, count = KEEPALIVE
+        args = {
+            "connect_timeout": CONNECT_TIMEOUT,
+            "keepalives": 1,
+            "keepalives_idle": idle,
+            "keepalives_interval": interval,
+            "keepalives_count": count,
+            "tcp_user_timeout": (idle + interval * count) * 1000,
+        }
+    elif backend in ("mysql", "mariadb"):
+        args = {"connect_timeout": CONNECT_TIMEOUT}
+        if session_timeout is not None:
+            wait = int(session_timeout + READ_SLACK)
+            args.update(read_timeout=wait, write_timeout=wait)
+    return {**args, **(given or {})}

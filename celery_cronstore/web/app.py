@@ -9,9 +9,11 @@ The write pages are in :mod:`.writes`, login and logout in :mod:`.login`.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,7 +25,12 @@ from werkzeug.wrappers import Request, Response
 
 from celery_cronstore import actions
 from celery_cronstore.catalog import TaskCatalog
-from celery_cronstore.errors import CronstoreError, TaskNotFoundError, TimerError
+from celery_cronstore.errors import (
+    CronstoreError,
+    StoreUnavailableError,
+    TaskNotFoundError,
+    TimerError,
+)
 from celery_cronstore.secrets import scrub
 from celery_cronstore.store import Store
 from celery_cronstore.store.read import (
@@ -38,6 +45,7 @@ from celery_cronstore.timers import KINDS
 from celery_cronstore.web import forms, login, writes
 from celery_cronstore.web.auth import SESSION_COOKIE, Credentials, Identity, Signer, from_header
 from celery_cronstore.web.context import Ctx
+from celery_cronstore.web.guard import HostCheck, LoginLimiter
 from celery_cronstore.web.render import (
     describe_timer,
     environment,
@@ -49,6 +57,8 @@ from celery_cronstore.web.render import (
 )
 
 __all__ = ["CSP", "Ctx", "WebApp"]
+
+logger = logging.getLogger("celery_cronstore.web")
 
 #: No inline script or style anywhere; scripts, styles and fetches from this origin only.
 CSP = (
@@ -80,6 +90,9 @@ class WebApp:
         secret_key: bytes | None = None,
         secrets: Iterable[str] = (),
         metrics: bool = True,
+        allowed_hosts: Iterable[str] = (),
+        bound_host: str | None = None,
+        limiter: LoginLimiter | None = None,
     ) -> None:
         if celery_app is not None and isinstance(store.seam, NullSeam):
             # A store built without the app: refuse what beat would (an unknown task,
@@ -93,6 +106,10 @@ class WebApp:
         self.signer = Signer(secret_key)
         self.secrets = [*secrets, *self.credentials.secrets()]
         self.metrics = metrics
+        #: The ``Host`` names served (DNS rebinding); see :mod:`.guard`.
+        self.hosts = HostCheck.build(allowed_hosts, bound_host)
+        #: Attempts to log in (form or header) per client address.
+        self.limiter = limiter if limiter is not None else LoginLimiter()
         self.node = f"web@{socket.gethostname()}:{os.getpid()}"
         self.env = environment()
         self.env.filters["scrub"] = lambda text: None if text is None else self.scrub(text)
@@ -127,6 +144,16 @@ class WebApp:
     # -- dispatch ---------------------------------------------------------------------------
 
     def respond(self, request: Request) -> Response:
+        try:
+            return self.dispatch(request)
+        except Exception:  # a bug: say so in one line, keep the traceback in the log
+            logger.exception("web: %s %s failed", request.method, request.path)
+            return self.plain(500, "internal error: the dashboard logged the details")
+
+    def dispatch(self, request: Request) -> Response:
+        refused = self.hosts.refusal(request.headers.get("Host"))
+        if refused is not None:
+            return self.plain(400, refused)
         urls = self.url_map.bind_to_environ(request.environ)
         try:
             endpoint, values = urls.match()
@@ -134,7 +161,14 @@ class WebApp:
             return self.plain(exc.code or 404, exc.description or "not found")
         if endpoint == "static":
             return self.static(values["file"])
+        header = request.headers.get("Authorization")
+        if header and self.credentials.configured:
+            wait = self.limiter.take(request.remote_addr)
+            if wait:
+                return login.too_many(self, wait)
         identity = self.identify(request)
+        if header and identity is not None:
+            self.limiter.give_back(request.remote_addr)
         if self.credentials.configured and identity is None and endpoint != "login":
             if endpoint in ("preview", "metrics") or request.method == "POST":
                 response = self.plain(401, "authentication required")
@@ -145,14 +179,33 @@ class WebApp:
             refused = self.write_refusal(request, identity)
             if refused is not None:
                 return self.plain(403, refused)
+        ctx = Ctx(request, urls, identity, self.now())
         try:
-            ctx = Ctx(request, urls, identity, self.store.now())
             handler: Callable[[Ctx], Response] = getattr(self, f"page_{endpoint}")
             return handler(ctx)
         except TaskNotFoundError as exc:
             return self.plain(404, self.scrub(str(exc)))
         except (NotFound, MethodNotAllowed) as exc:
             return self.plain(exc.code or 404, exc.description or "")
+        except StoreUnavailableError as exc:
+            return self.unavailable(ctx, exc)
+
+    def now(self) -> datetime:
+        """Return the store's now, or this host's while the database does not answer."""
+        try:
+            return self.store.now()
+        except StoreUnavailableError:
+            return datetime.now(timezone.utc)
+
+    def unavailable(self, ctx: Ctx, exc: StoreUnavailableError) -> Response:
+        """Return the 503 page for a database that does not answer."""
+        logger.warning("web: %s", self.scrub(str(exc)))
+        shown = ctx.identity is not None or not self.credentials.configured
+        response = self.render(
+            ctx, "unavailable.html", 503, reason=self.scrub(str(exc)) if shown else None
+        )
+        response.headers["Retry-After"] = "10"
+        return response
 
     def identify(self, request: Request) -> Identity | None:
         """Return who sent ``request`` (header or session cookie), or ``None``."""
@@ -194,7 +247,12 @@ class WebApp:
             read_only=self.read_only,
             login_possible=self.credentials.configured,
             csrf=self.signer.csrf(identity) if identity is not None else "",
-            store_url=self.scrub(self.store.url),
+            # Nothing about the store before login (where one is possible).
+            store_url=(
+                self.scrub(self.store.url)
+                if identity is not None or not self.credentials.configured
+                else None
+            ),
             local=fmt_local,
             relative=relative,
             utc=fmt_utc,
@@ -236,9 +294,9 @@ class WebApp:
         name = ctx.request.args.get("name") or ctx.request.form.get("name", "")
         record = self.store.get(name)
         try:
-            history_page = max(1, int(ctx.request.args.get("hp", "1")))
-        except ValueError:
-            history_page = 1
+            history_page = forms.page_number(ctx.request.args, "hp")
+        except ValueError as exc:
+            return self.plain(400, str(exc))
         try:
             upcoming = self.store.next_runs(name, 10, after=ctx.now)
             timer_error = None
@@ -278,7 +336,9 @@ class WebApp:
             return self.plain(404, "metrics are off")
         from celery_cronstore.web.metrics import exposition
 
-        body, content_type = exposition(self.store, ctx.now)
+        body, content_type, error = exposition(self.store, ctx.now)
+        if error is not None:
+            logger.warning("web: /metrics: %s", self.scrub(str(error)))
         return Response(body, content_type=content_type)
 
     def page_login(self, ctx: Ctx) -> Response:

@@ -16,6 +16,7 @@ from werkzeug.wrappers import Request, Response
 
 from celery_cronstore.store import Store
 from celery_cronstore.web.auth import Credentials, Identity, Signer
+from celery_cronstore.web.guard import LoginLimiter
 
 __all__ = ["Ctx", "Site"]
 
@@ -37,6 +38,7 @@ class Site(Protocol):
     store: Store
     credentials: Credentials
     signer: Signer
+    limiter: LoginLimiter
 
     def scrub(self, text: str) -> str:
         """Return ``text`` with every known secret removed."""

@@ -16,7 +16,7 @@ from typing import Any
 from celery_cronstore import fields
 from celery_cronstore.errors import TimerError, TimerSyntaxError
 from celery_cronstore.store import PeriodicTask
-from celery_cronstore.store.read import TaskQuery
+from celery_cronstore.store.read import MAX_PAGE_SIZE, TaskQuery
 from celery_cronstore.timers import parse_timer
 from celery_cronstore.web.render import fmt_local, fmt_utc
 
@@ -25,6 +25,7 @@ __all__ = [
     "blank",
     "changes",
     "form_fields",
+    "page_number",
     "preview",
     "store_error",
     "submitted",
@@ -38,19 +39,28 @@ _EXTRA = ("version",)
 #: Keys every submitted form has (the rest are absent when the page lacks them).
 _ALWAYS = ("name", "task", "timer", "kind", "tz", "version")
 PREVIEW_COUNT = 10
+#: The deepest page a list or history offers (the offset stays far from any integer limit).
+MAX_PAGE = 100_000
 
 
 def _tristate(value: str | None) -> bool | None:
     return {"yes": True, "no": False}.get(value or "")
 
 
+def page_number(args: Mapping[str, str], key: str, default: int = 1, top: int = MAX_PAGE) -> int:
+    """Return the whole number ``args[key]`` in 1..``top`` (``ValueError`` naming it if not)."""
+    text = args.get(key, "") or str(default)
+    # ASCII digits only: int() also reads "1_0", " 7 " and other scripts' digits.
+    if not (text.isascii() and text.isdigit()) or len(text) > 12 or not 1 <= int(text) <= top:
+        shown = text[:40].encode("ascii", "backslashreplace").decode("ascii")
+        raise ValueError(f"{key} must be a whole number from 1 to {top}, got {shown!r}")
+    return int(text)
+
+
 def task_query(args: Mapping[str, str]) -> TaskQuery:
     """Build the task-list query from the query string (``ValueError`` if malformed)."""
-    try:
-        page = int(args.get("page", "1"))
-        per_page = int(args.get("per_page", "50"))
-    except ValueError:
-        raise ValueError("page and per_page must be whole numbers") from None
+    page = page_number(args, "page")
+    per_page = page_number(args, "per_page", 50, MAX_PAGE_SIZE)
     return TaskQuery(
         search=args.get("q", ""),
         enabled=_tristate(args.get("enabled")),

@@ -12,7 +12,12 @@ from collections.abc import Mapping
 from werkzeug.utils import redirect
 from werkzeug.wrappers import Response
 
-from celery_cronstore.errors import CronstoreError, EditConflictError, TaskNotFoundError
+from celery_cronstore.errors import (
+    CronstoreError,
+    EditConflictError,
+    StoreUnavailableError,
+    TaskNotFoundError,
+)
 from celery_cronstore.store import PeriodicTask
 from celery_cronstore.timers import KINDS
 from celery_cronstore.web import forms
@@ -39,8 +44,8 @@ def action(app: Site, ctx: Ctx) -> Response:
             return redirect(ctx.urls.build("tasks", {"done": "removed"}), 303)
         else:
             app.run_now(name)
-    except TaskNotFoundError:
-        raise
+    except (TaskNotFoundError, StoreUnavailableError):
+        raise  # 404 / 503 pages (WebApp.respond)
     except (CronstoreError, ValueError) as exc:
         return app.page_task(ctx, 409, action_error=app.scrub(str(exc)))
     return app.back_to_task(ctx, name, {"enable": "enabled", "disable": "disabled"}.get(act, act))
@@ -64,6 +69,8 @@ def edit(app: Site, ctx: Ctx) -> Response:
     except EditConflictError:
         current = app.store.get(name)
         return edit_form(app, ctx, current, forms.values_of(current), _CONFLICT, status=409)
+    except StoreUnavailableError:
+        raise
     except (CronstoreError, ValueError) as exc:
         return edit_form(app, ctx, record, values, forms.store_error(exc), status=400)
     return app.back_to_task(ctx, name, "saved")
@@ -88,6 +95,8 @@ def new(app: Site, ctx: Ctx) -> Response:
         return edit_form(app, ctx, None, values, errors, status=400 if errors else 200)
     try:
         app.store.add(name, enabled=values.get("enabled") == "on", force=False, **changes)
+    except StoreUnavailableError:
+        raise
     except (CronstoreError, ValueError) as exc:
         return edit_form(app, ctx, None, values, forms.store_error(exc), status=400)
     return app.back_to_task(ctx, name, "added")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -32,6 +33,7 @@ __all__ = [
     "liveness_for",
     "node_of",
     "remember_node",
+    "start_quiet_thread",
     "store_for",
     "use_store",
 ]
@@ -41,6 +43,55 @@ logger = logging.getLogger("celery_cronstore.worker")
 #: End-of-run records kept for a retry while the database is away (oldest dropped first).
 OUTBOX_MAX = 10_000
 
+#: Signals that fall on a thread because of what *it* did (a fault, its own write to a
+#: closed pipe): never blocked. Every other signal comes from outside the process.
+_SYNCHRONOUS = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS", "SIGPIPE"}
+
+
+def _outside_signals() -> set[signal.Signals]:
+    if not hasattr(signal, "pthread_sigmask"):  # Windows
+        return set()
+    keep = {getattr(signal, name) for name in _SYNCHRONOUS if hasattr(signal, name)}
+    return {sig for sig in signal.valid_signals() if isinstance(sig, signal.Signals)} - keep
+
+
+#: What the liveness thread blocks (see :func:`start_quiet_thread`).
+OUTSIDE_SIGNALS = _outside_signals()
+
+
+def start_quiet_thread(thread: threading.Thread) -> None:
+    """Start ``thread`` with every signal from outside blocked in it, for its whole life.
+
+    A signal sent to a process goes to any one of its threads that does not block it. A
+    helper thread must never be that thread:
+
+    * A prefork child that billiard terminates (the hard time limit: SIGTERM, 0.1 s later
+      SIGKILL) blocks SIGTERM in its main thread while it writes its last message to the
+      pool's result queue under the queue's multiprocessing lock. Its SIGTERM handler has
+      already reset SIGTERM to the default action, so a second SIGTERM (billiard sends two
+      on an event-loop-less transport) delivered to a helper thread ended the process
+      there, lock held: the child forked in its place waited for ever on that lock
+      (issue 27).
+    * A signal a helper thread takes does not interrupt the main thread's blocking call
+      (Linux gives a process's signal to its main thread first, but only while that
+      thread does not block it; other systems pick any thread): the soft time limit
+      would reach the task only once that call returns.
+
+    The new thread inherits the mask of the thread that starts it: blocking in the caller
+    around ``start()`` leaves no window in which the new thread could take a signal. A
+    green thread (gevent, eventlet) inherits nothing; the caller's mask is restored at once
+    (a signal that arrived meanwhile is delivered then).
+    """
+    if not OUTSIDE_SIGNALS:
+        thread.start()
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, OUTSIDE_SIGNALS)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 _lock = threading.Lock()
 #: id(app) -> (app, pid, store): one store per app and process (a fork gets its own).
 _stores: dict[int, tuple[Any, int, Store]] = {}
@@ -48,6 +99,18 @@ _stores: dict[int, tuple[Any, int, Store]] = {}
 _liveness: dict[int, tuple[Any, int, Liveness]] = {}
 #: id(app) -> the node name of the worker started for it in this process (and its forks).
 _nodes: dict[int, str] = {}
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent (billiard's timeout handler records a hard time limit kill
+    # while its supervisor thread forks a replacement child) may hold the lock at fork
+    # time: the child's copy would stay locked for ever.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def store_for(app: Any) -> Store:
@@ -108,7 +171,7 @@ class Liveness:
                 self._thread = threading.Thread(
                     target=self._loop, name="cronstore-liveness", daemon=True
                 )
-                self._thread.start()
+                start_quiet_thread(self._thread)
 
     def finish(self, task_id: str, state: str, **details: Any) -> bool | None:
         """Record how fire ``task_id`` ended; if the database refuses, keep it to retry.

@@ -121,6 +121,15 @@ def _retry_hold(countdown: float | None, abandon_after: float) -> float:
     return wait + abandon_after
 
 
+def _pool_hard_limit(exc: BaseException) -> bool:
+    """Whether ``exc`` is gevent's ``Timeout``: how the gevent pool ends a run at its hard
+    time limit (raised in the run's greenlet; the main process kills nothing there)."""
+    return any(
+        cls.__name__ == "Timeout" and cls.__module__.startswith("gevent")
+        for cls in type(exc).__mro__
+    )
+
+
 def _error_text(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     return text if len(text) <= 2000 else text[:1999] + "…"
@@ -340,7 +349,15 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             self._finish(run, FireState.FAILED, error=_error_text(exc))
             raise
         except BaseException as exc:
-            self._finish(run, FireState.FAILED, error=_error_text(exc))
+            if _pool_hard_limit(exc):
+                limit = getattr(exc, "seconds", None)
+                self._finish(
+                    run,
+                    FireState.TIMED_OUT,
+                    error=f"killed by the hard time limit ({limit}s, {type(exc).__name__})",
+                )
+            else:
+                self._finish(run, FireState.FAILED, error=_error_text(exc))
             raise
         if run.saw_out_of_time or (run.deadline is not None and run.now() >= run.deadline):
             self._finish(

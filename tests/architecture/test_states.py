@@ -17,9 +17,10 @@ from celery_cronstore.store.schema import fire
 PACKAGE = Path(celery_cronstore.__file__).parent
 DOCS = PACKAGE.parent / "docs"
 
-#: The states the ledger has always stored (docs: reliability.md, crontask.md, cli.md).
+#: The states the ledger stores (docs: reliability.md, crontask.md, cli.md).
 STORED = {
     "claimed",
+    "sending",
     "published",
     "started",
     "retrying",

@@ -13,9 +13,11 @@ from queues import drain
 from timeline import T0
 
 from celery_cronstore.beat.dispatch import Dispatcher
-from celery_cronstore.beat.loop import Loop
+from celery_cronstore.beat.loop import FAST_RETRY, Loop
+from celery_cronstore.beat.outcome import Refused
 from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.store import Store
+from celery_cronstore.store.marks import ANSWER_LOST
 from celery_cronstore.testing import FrozenClock
 
 
@@ -96,23 +98,49 @@ def test_broker_outage_keeps_claims_and_publishes_them_later(
     scheduler = make(app, store)
     clock.set(T0 + timedelta(seconds=10))
 
-    def broken(*args: Any, **kwargs: Any) -> None:
-        raise ConnectionError("broker down")
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise Refused("broker down")  # the broker took nothing (say, Redis refused writes)
 
-    monkeypatch.setattr(Dispatcher, "send", broken)
+    monkeypatch.setattr(Dispatcher, "send", refused)
     assert scheduler.tick() > 0  # backs off
-    assert store.history("a")[0].state == "claimed"
+    assert store.history("a")[0].state == "claimed"  # back from sending: it did not go
     monkeypatch.undo()
     scheduler.tick()
     assert [m["id"] for m in sent(app)] == [store.history("a")[0].task_id]
     assert store.history("a")[0].state == "published"
+    assert store.history("a")[0].reason is None
+
+
+def test_a_fire_whose_send_broke_off_is_never_sent_again(
+    app: Celery, store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that breaks while a plain task's message is handed over leaves it
+    unknown whether the broker has it: recorded published with the reason, not resent."""
+    store.add("a", task="x.do", timer="*:*:0/10")
+    scheduler = make(app, store)
+    clock.set(T0 + timedelta(seconds=10))
+
+    def broke_off(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("connection reset by peer")
+
+    monkeypatch.setattr(Dispatcher, "send", broke_off)
+    assert scheduler.tick() > 0  # backs off
+    (fire,) = store.history("a")
+    assert fire.state == "published"
+    assert fire.reason == ANSWER_LOST
+    monkeypatch.undo()
+    clock.set(T0 + timedelta(seconds=11))
+    scheduler.tick()
+    assert sent(app) == []  # at most once: nothing sent for it again
+    scheduler.close()
 
 
 def test_database_outage_backs_off_and_publishes_nothing(app: Celery, tmp_path: Path) -> None:
     app.conf.cronstore_url = f"sqlite:///{tmp_path / 'missing-dir' / 'x.sqlite'}"
     scheduler = Scheduler(app, lazy=True)
     first, second = scheduler.tick(), scheduler.tick()
-    assert 0 < first < second  # exponential back-off, never an exception
+    # Retried quickly at first (a failover is over in a second or two), never an exception.
+    assert first == second == FAST_RETRY
     assert sent(app) == []
 
 

@@ -12,6 +12,13 @@ import time
 
 from celery import Celery
 
+from celery_cronstore import CronTask
+
+if os.environ.get("CRONSTORE_FAULTS"):  # a test's fault points (harness/faults.py)
+    from harness.faults import install_from_env
+
+    install_from_env()
+
 app = Celery("e2e")
 app.conf.update(
     broker_url=os.environ.get("E2E_BROKER", "memory://"),
@@ -37,6 +44,22 @@ def record(self, *args: object) -> None:  # type: ignore[no-untyped-def]
             "args": list(args),
             "at": time.time(),
             "worker": self.request.hostname,
+        }
+    )
+    with open(os.environ["E2E_RECORD"], "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
+@app.task(name="e2e.guarded", bind=True, base=CronTask)
+def guarded(self, *args: object) -> None:  # type: ignore[no-untyped-def]
+    """A CronTask that records each run it starts, as :func:`record` does."""
+    line = json.dumps(
+        {
+            "task_id": self.request.id,
+            "args": list(args),
+            "at": time.time(),
+            "worker": self.request.hostname,
+            "guarded": True,
         }
     )
     with open(os.environ["E2E_RECORD"], "a", encoding="utf-8") as out:

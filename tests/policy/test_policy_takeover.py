@@ -16,6 +16,7 @@ import pytest
 from timeline import at
 
 from celery_cronstore.policy import TakeOverSnapshot, decide_take_over
+from celery_cronstore.policy.takeover import MAYBE_SENT
 from celery_cronstore.states import FireState
 
 #: The claim: made at 10 s with a 5 s lease by a beat that died; another looks at 20 s.
@@ -122,3 +123,36 @@ def test_the_ledger_values() -> None:
         "state": FireState.DROPPED,
         "reason": "not re-published: the task was disabled before its fire went out",
     }
+
+
+#: A claim whose beat stopped while sending it (``sending``): it may have gone out.
+SENDING_TABLE: list[tuple[str, dict[str, Any]]] = [
+    ("plain", {}),
+    # 2 comes before every refusal: whatever the row says now, the fire may have gone.
+    ("disabled-since", {"enabled": False}),
+    ("refused-since", {"refused": "bad options"}),
+    ("past-its-deadline", {"expires": at(0)}),
+    ("watched", {"start_lease": at(80)}),
+]
+
+
+@pytest.mark.parametrize("changes", [pytest.param(c, id=i) for i, c in SENDING_TABLE])
+def test_a_fire_its_beat_stopped_sending_is_recorded_published_never_sent_again(
+    changes: dict[str, Any],
+) -> None:
+    snap = snapshot(sending=True, **changes)
+    decision = decide_take_over(snap)
+    assert decision is not None
+    assert not decision.republish
+    assert decision.values() == {
+        "attempts": 2,
+        "claimed_by": "b2",
+        "lease_until": changes.get("start_lease"),
+        "state": FireState.PUBLISHED,
+        "reason": MAYBE_SENT,
+        "published_at": NOW,
+    }
+
+
+def test_a_fire_being_sent_within_its_lease_is_left_to_its_beat() -> None:
+    assert decide_take_over(snapshot(sending=True, lease_until=at(21))) is None

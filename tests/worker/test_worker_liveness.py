@@ -286,7 +286,7 @@ def test_a_plain_task_s_late_end_cannot_overwrite_its_rerun(
     from celery import Celery
 
     from celery_cronstore.policy.messages import H_NAME
-    from celery_cronstore.worker import runtime, signals
+    from celery_cronstore.worker import plain, runtime, signals
 
     url = f"sqlite:///{tmp_path / 'plain.sqlite'}"
     store = Store(url, clock=clock)
@@ -303,8 +303,8 @@ def test_a_plain_task_s_late_end_cannot_overwrite_its_rerun(
 
     try:
         beat, task_id = _running_plain(store, clock, "plain-late")
-        # Run 0 starts on w1 (the prerun signal); then w1 goes silent past abandon_after.
-        signals._on_prerun(task=_Ran(body, task_id))
+        # Run 0 starts on w1 (the plain-task guard); then w1 goes silent past abandon_after.
+        assert plain.start(_Ran(body, task_id))
         assert runtime.liveness_for(app).runs == {task_id: 0}
         assert _fire(store, task_id).node == "w1"
         clock.set(at(3600 + 31))
@@ -322,7 +322,8 @@ def test_a_plain_task_s_late_end_cannot_overwrite_its_rerun(
         # The re-run's own end is recorded (run 1).
         assert runs.finish_fire(store.db, task_id, "succeeded", result="ok", run=1)
         assert _fire(store, task_id).state == "succeeded"
-        # And a fresh fire run whole through the signals is recorded as usual.
+        # And a fresh fire run whole through the guard and the signals is recorded as usual.
+        assert plain.install(app) == 1
         clock.set(at(7200))
         (nxt,) = beat.claim_due().claims
         beat.mark_published([nxt])
@@ -344,6 +345,8 @@ class _Ran:
         from celery_cronstore.policy.messages import H_NAME
 
         self.app = task.app  # type: ignore[attr-defined]
+        self.name = task.name  # type: ignore[attr-defined]
+        self.acks_late = task.acks_late  # type: ignore[attr-defined]
         self.request = SimpleNamespace(id=task_id, hostname="w1", headers={H_NAME: "plain-late"})
 
 
