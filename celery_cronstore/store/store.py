@@ -14,13 +14,18 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from celery_cronstore import fields, policy
-from celery_cronstore.errors import DuplicateTaskError, EditConflictError, StoreError
+from celery_cronstore.errors import (
+    DuplicateTaskError,
+    EditConflictError,
+    StoreError,
+    TaskNotFoundError,
+)
 from celery_cronstore.fields import ForceableError
 from celery_cronstore.records import PeriodicTask
-from celery_cronstore.store import migrate
+from celery_cronstore.store import migrate, removal
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.engine import Clock, Dialect, create_store_engine, redact
-from celery_cronstore.store.retention import PRUNE_BATCH, REMOVE_BATCH, Pruner, delete_history
+from celery_cronstore.store.retention import PRUNE_BATCH, REMOVE_BATCH, Pruner
 from celery_cronstore.store.rows import (
     check_values,
     owner_values,
@@ -332,41 +337,21 @@ class Store(StoreReads):
         no ledger row and the guard does not run it. Interrupted, it leaves the task
         disabled with part of its history: removing it again finishes the job.
         """
-        with self.begin() as conn:
-            task_id = self._row(conn, name).id
-            self._stop(conn, [task_id])
-        delete_history(self.db, task_id, batch=batch)
-        with self.begin() as conn:
-            conn.execute(sa.delete(fire).where(fire.c.periodic_task_id == task_id))
-            conn.execute(sa.delete(periodic_task).where(_PT.id == task_id))
+        if not removal.remove_tasks(self.db, (_PT.name == name,), batch=batch):
+            raise TaskNotFoundError(f"no periodic task named {name!r}")
 
     def remove_owned_by(self, owner_type: str, owner_id: Any, *, batch: int = REMOVE_BATCH) -> int:
         """Remove every periodic task of an owner; return how many were removed.
 
-        As :meth:`remove`: the tasks are disabled in one transaction, their ledgers
-        deleted ``batch`` rows per transaction, and the rows go last.
+        As :meth:`remove`, set-based (:mod:`~celery_cronstore.store.removal`): one
+        statement disables all of them in one transaction, their ledgers go ``batch``
+        rows per transaction across the tasks (each task's oldest first), then the task
+        rows, ``batch`` per transaction. Interrupted, it leaves the tasks disabled with
+        part of their history: removing again finishes the job.
         """
         cols = owner_values((owner_type, owner_id))
         where = (_PT.owner_type == cols["owner_type"], _PT.owner_id == cols["owner_id"])
-        with self.begin() as conn:
-            ids = builtins.list(conn.execute(sa.select(_PT.id).where(*where)).scalars())
-            self._stop(conn, ids)
-        for task_id in ids:
-            delete_history(self.db, task_id, batch=batch)
-        with self.begin() as conn:
-            owned = sa.select(_PT.id).where(*where).scalar_subquery()
-            conn.execute(sa.delete(fire).where(fire.c.periodic_task_id.in_(owned)))
-            return conn.execute(sa.delete(periodic_task).where(*where)).rowcount
-
-    def _stop(self, conn: sa.Connection, ids: builtins.list[int]) -> None:
-        """Disable rows about to be removed, so no beat claims them meanwhile."""
-        now = self.now(conn)
-        for start in range(0, len(ids), 1000):
-            conn.execute(
-                sa.update(periodic_task)
-                .where(_PT.id.in_(ids[start : start + 1000]))
-                .values(enabled=False, next_run=None, updated_at=now, version=_PT.version + 1)
-            )
+        return removal.remove_tasks(self.db, where, batch=batch)
 
     def prune(
         self, older_than: timedelta | None, *, dry_run: bool = False, batch: int = PRUNE_BATCH

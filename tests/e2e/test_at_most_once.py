@@ -309,11 +309,13 @@ def test_worker_refuses_a_queued_plain_fire_after_disable_or_removal(
     store.close()
 
 
-def test_a_fire_held_through_a_redis_outage_is_not_sent_after_a_disable(
+def test_a_fire_held_through_a_redis_outage_is_not_sent_after_a_disable_or_removal(
     postgres_url: str, tmp_path: Path
 ) -> None:
     store = fresh_store(postgres_url)
     store.add("plain", task="e2e.record", timer="every 1s", args=["p"])
+    store.add("removed", task="e2e.record", timer="every 1s", args=["r"])
+    store.add("kept", task="e2e.record", timer="every 1s", args=["k"])
     record = tmp_path / "record.jsonl"
     port = free_port()
     redis_proc = start_redis(port, tmp_path)
@@ -321,21 +323,28 @@ def test_a_fire_held_through_a_redis_outage_is_not_sent_after_a_disable(
     work = start(worker("w1"), env, tmp_path, "worker")
     first = start(beat(), env, tmp_path, "beat")
     try:
-        wait_for(lambda: len(deliveries(record)) >= 2, 30, "first fires", tmp_path)
+        wait_for(lambda: len(deliveries(record)) >= 6, 30, "first fires", tmp_path)
         redis_proc.kill()
         redis_proc.wait()
-        wait_for(lambda: states(store)["claimed"] >= 1, 20, "a fire held back", tmp_path)
+        wait_for(lambda: states(store)["claimed"] >= 3, 20, "fires held back", tmp_path)
         store.disable("plain")
-        disabled_at = time.time()
+        store.remove("removed")
+        changed_at = time.time()
         redis_proc = start_redis(port, tmp_path)
-        time.sleep(6)  # beat reconnects and re-checks what it held
+        wait_for(
+            lambda: any(d["args"] == ["k"] and d["at"] > changed_at for d in deliveries(record)),
+            30,
+            "the kept task to fire again",
+            tmp_path,
+        )
+        time.sleep(2)
     finally:
         stop(first, work)
         redis_proc.kill()
         redis_proc.wait()
-    late = [d for d in deliveries(record) if d["at"] > disabled_at]
-    assert late == [], "a fire ran after its task's disable committed"
-    counts = states(store)
-    assert counts["claimed"] + counts["sending"] == 0
-    assert counts["dropped"] >= 1
+    late = [d["args"] for d in deliveries(record) if d["at"] > changed_at]
+    assert ["p"] not in late, "a fire ran after its task's disable committed"
+    assert ["r"] not in late, "a fire ran after its task's removal committed"
+    assert [f.state for f in store.history("plain") if f.state in ("claimed", "sending")] == []
+    assert "dropped" in {f.state for f in store.history("plain")}
     store.close()

@@ -12,6 +12,9 @@ the standby promoted a moment later.
   promoted server accepting writes to the first fire claimed on it) is printed (``-s``).
 - :class:`~celery_cronstore.beat.loop.Backoff` retries fast while a failover completes,
   then less and less often.
+- The primary dies between beat's publish of a batch and its mark (issue 30): the fires
+  are ``sending`` on the promoted standby, beat marks them once it is back, and none is
+  published twice.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from celery_cronstore.beat.loop import FAST_FOR, FAST_RETRY, Backoff
 from celery_cronstore.errors import StoreUnavailableError
 from celery_cronstore.store import Claimer, Store
 from harness.pg_pair import PgPair, why_not
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Seconds between the primary's death and the standby's promotion (what a failover
 #: manager takes to notice; beat retries all along).
@@ -257,3 +262,69 @@ def test_beat_resumes_within_two_seconds_of_a_promoted_standby(
     assert len(listener) <= 1, "\n".join(listener)
     assert len(loud) - len(listener) <= OUTAGE_LINES, "\n".join(loud)
     assert resumed <= RESUME_WITHIN, f"{resumed:.2f} s to resume after the promotion"
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_the_primary_dying_between_publish_and_mark_sends_nothing_twice(
+    pair: PgPair, redis_url: str, tmp_path: Path
+) -> None:
+    """Before, the claims survived as ``claimed`` on the promoted standby and were
+    published again once their lease ran out: 21 fires doubled in each of two runs."""
+    pair.create_database("cronstore")
+    url = pair.failover_url("cronstore")
+    store = Store(url)
+    store.upgrade()
+    for i in range(20):
+        store.add(f"p{i:02d}", task="e2e.record", timer="*:*:*", args=[i])
+    store.close()
+    queue = f"failover-{uuid.uuid4().hex[:8]}"
+    env = celery_env(
+        redis_url,
+        url,
+        tmp_path / "record.jsonl",
+        E2E_QUEUE=queue,
+        E2E_LEASE="4",
+        # Beat stalls after its 3rd publish, before the mark: the primary dies meanwhile.
+        CRONSTORE_FAULTS="after_publish:#3:stall4",
+    )
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(ROOT)])  # harness.faults
+    ledger = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    log = tmp_path / "proc0-beat.log"
+    with running([beat()], env, tmp_path):
+        wait_for(
+            lambda: log.exists() and "fault point after_publish" in log.read_text(),
+            40,
+            "beat to stall between its publish and its mark",
+            tmp_path,
+        )
+        fail_over(pair)
+        wait_for(lambda: _published(ledger) >= 100, 40, "fires after the failover", tmp_path)
+        time.sleep(4 + 2)  # past the lease: a claim left behind would be taken over now
+    with ledger.connect() as conn:
+        left = conn.execute(
+            sa.text("SELECT COUNT(*) FROM cronstore_fire WHERE state IN ('claimed', 'sending')")
+        ).scalar_one()
+    ledger.dispose()
+    broker = redis.Redis.from_url(redis_url)
+    try:
+        sent = Counter(json.loads(m)["headers"]["id"] for m in broker.lrange(queue, 0, -1))
+    finally:
+        broker.delete(queue)
+        broker.close()
+    assert len(sent) >= 100
+    twice = [i for i, n in sent.items() if n > 1]
+    assert twice == [], f"{len(twice)} fires were published twice"
+    assert left == 0
+
+
+def _published(ledger: sa.Engine) -> int:
+    try:
+        with ledger.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.text("SELECT COUNT(*) FROM cronstore_fire WHERE state = 'published'")
+                ).scalar_one()
+            )
+    except sa.exc.OperationalError:
+        return 0
