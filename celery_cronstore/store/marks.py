@@ -16,7 +16,7 @@ claim's attempt), so a beat that lost its claim to a take-over changes nothing:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
@@ -153,21 +153,7 @@ class Marks:
                 for c in claims
                 if c.task_id not in sending and (c.task_id, c.attempt) in ours
             ]
-            for start in range(0, len(stale), IN_CHUNK):
-                conn.execute(
-                    sa.update(fire)
-                    .where(
-                        _F.task_id.in_(stale[start : start + IN_CHUNK]),
-                        _F.state == FireState.CLAIMED,
-                        _F.claimed_by == self.node,
-                    )
-                    .values(
-                        state=FireState.DROPPED,
-                        reason=DISABLED_WAITING,
-                        lease_until=None,
-                        finished_at=now,
-                    )
-                )
+            _drop_waiting(conn, stale, now, _F.claimed_by == self.node)
         return [c for c in claims if c.task_id in sending and (c.task_id, c.attempt) in ours]
 
     def mark_maybe_sent(self, claims: list[Claim]) -> int:
@@ -287,18 +273,22 @@ class Marks:
             return list(claims)
         with self.db.begin() as conn:
             now = self.db.now(conn)
-            for start in range(0, len(stale), IN_CHUNK):
-                conn.execute(
-                    sa.update(fire)
-                    .where(
-                        _F.task_id.in_(stale[start : start + IN_CHUNK]),
-                        _F.state == FireState.CLAIMED,
-                    )
-                    .values(
-                        state=FireState.DROPPED,
-                        reason=DISABLED_WAITING,
-                        lease_until=None,
-                        finished_at=now,
-                    )
-                )
+            _drop_waiting(conn, stale, now)
         return [c for c in claims if c.periodic_task_id in enabled]
+
+
+def _drop_waiting(
+    conn: sa.Connection, ids: list[str], now: datetime, *fence: sa.ColumnElement[bool]
+) -> None:
+    """Record the claims ``ids`` (still ``claimed``) dropped: their task was disabled or
+    removed while they waited to be sent."""
+    for start in range(0, len(ids), IN_CHUNK):
+        conn.execute(
+            sa.update(fire)
+            .where(
+                _F.task_id.in_(ids[start : start + IN_CHUNK]), _F.state == FireState.CLAIMED, *fence
+            )
+            .values(
+                state=FireState.DROPPED, reason=DISABLED_WAITING, lease_until=None, finished_at=now
+            )
+        )

@@ -1,0 +1,143 @@
+"""The ledger's side of "a fire is sent at most once", on SQLite with a frozen clock.
+
+Beat records a plain task's fire ``sending`` before it is handed to the broker
+(:meth:`Claimer.mark_sending`: fenced on claimer and attempt, enabled tasks only), marks
+it published after, puts back what surely did not go, hands back what it did not send
+when it stops; the beat that takes a lapsed ``sending`` fire over records it published
+and never sends it. A worker starts a plain fire through :func:`store.plain.start_plain`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from timeline import T0
+
+from celery_cronstore.policy.plain import DISABLED, GONE
+from celery_cronstore.policy.takeover import MAYBE_SENT
+from celery_cronstore.records import Claim
+from celery_cronstore.states import FireState
+from celery_cronstore.store import Claimer, Store
+from celery_cronstore.store.marks import ANSWER_LOST, DISABLED_WAITING
+from celery_cronstore.store.plain import start_plain
+from celery_cronstore.testing import FrozenClock
+
+
+@pytest.fixture
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
+
+
+def claimed(store: Store, clock: FrozenClock, *names: str, node: str = "b1") -> list[Claim]:
+    for name in names:
+        store.add(name, task="x.do", timer="every 10s")
+    clock.set(T0 + timedelta(seconds=10))
+    beat = Claimer(store, node, lease=5)
+    claims = beat.claim_due().claims
+    beat.close()
+    return claims
+
+
+def state(store: Store, name: str) -> tuple[str, str | None]:
+    (fire,) = store.history(name)
+    return fire.state, fire.reason
+
+
+def test_sending_then_published(store: Store, clock: FrozenClock) -> None:
+    claims = claimed(store, clock, "a", "b")
+    beat = Claimer(store, "b1", lease=5)
+    assert {c.name for c in beat.mark_sending(claims)} == {"a", "b"}
+    assert state(store, "a") == (FireState.SENDING, None)
+    assert beat.mark_published(claims) == 2
+    assert state(store, "a") == (FireState.PUBLISHED, None)
+
+
+def test_a_disabled_task_s_claim_is_dropped_not_sent(store: Store, clock: FrozenClock) -> None:
+    claims = claimed(store, clock, "a", "off")
+    store.disable("off")
+    beat = Claimer(store, "b1", lease=5)
+    assert [c.name for c in beat.mark_sending(claims)] == ["a"]
+    assert state(store, "off") == (FireState.DROPPED, DISABLED_WAITING)
+
+
+def test_a_claim_taken_over_is_not_sent_by_its_first_beat(store: Store, clock: FrozenClock) -> None:
+    claims = claimed(store, clock, "a")
+    clock.set(T0 + timedelta(seconds=16))  # past the 5 s lease
+    taker = Claimer(store, "b2", lease=5)
+    (again,) = taker.reclaim_expired()
+    frozen = Claimer(store, "b1", lease=5)  # the first beat wakes up
+    assert frozen.mark_sending(claims) == []
+    assert taker.mark_sending([again]) == [again]
+
+
+def test_released_claims_go_back_and_handed_back_ones_lapse(
+    store: Store, clock: FrozenClock
+) -> None:
+    claims = claimed(store, clock, "a", "b")
+    beat = Claimer(store, "b1", lease=5)
+    beat.mark_sending(claims)
+    assert beat.release(claims[:1]) == 1
+    assert beat.hand_back(claims) == 2
+    assert {state(store, n)[0] for n in ("a", "b")} == {FireState.CLAIMED}
+    # Handed back: the next beat takes them over at once, and sends them.
+    taken = Claimer(store, "b2", lease=5).reclaim_expired()
+    assert sorted(c.name for c in taken) == ["a", "b"]
+
+
+def test_a_lapsed_sending_fire_is_recorded_published_never_sent_again(
+    store: Store, clock: FrozenClock
+) -> None:
+    claims = claimed(store, clock, "a")
+    Claimer(store, "b1", lease=5).mark_sending(claims)
+    clock.set(T0 + timedelta(seconds=16))
+    assert Claimer(store, "b2", lease=5).reclaim_expired() == []
+    assert state(store, "a") == (FireState.PUBLISHED, MAYBE_SENT)
+
+
+def test_an_unsure_fire_is_recorded_published_with_the_reason(
+    store: Store, clock: FrozenClock
+) -> None:
+    claims = claimed(store, clock, "a")
+    beat = Claimer(store, "b1", lease=5)
+    beat.mark_sending(claims)
+    assert beat.mark_maybe_sent(claims) == 1
+    assert state(store, "a") == (FireState.PUBLISHED, ANSWER_LOST)
+
+
+def _start(store: Store, task_id: str, **kw: object) -> tuple[bool, str | None]:
+    decision, _run = start_plain(store.db, task_id, node="w1", abandon_after=30, **kw)  # type: ignore[arg-type]
+    return decision.start, decision.reason
+
+
+def test_the_worker_starts_a_plain_fire_once(store: Store, clock: FrozenClock) -> None:
+    (claim,) = claimed(store, clock, "a")
+    Claimer(store, "b1", lease=5).mark_published([claim])
+    assert _start(store, claim.task_id) == (True, None)
+    assert state(store, "a")[0] == FireState.STARTED
+    assert _start(store, claim.task_id) == (
+        False,
+        "duplicate delivery: the fire is already started",
+    )
+
+
+def test_the_worker_refuses_a_disabled_or_removed_task_s_fire(
+    store: Store, clock: FrozenClock
+) -> None:
+    off, gone = claimed(store, clock, "off", "gone")
+    Claimer(store, "b1", lease=5).mark_published([off, gone])
+    store.disable("off")
+    store.remove("gone")
+    assert _start(store, off.task_id) == (False, DISABLED)
+    assert state(store, "off") == (FireState.DROPPED, DISABLED)
+    assert _start(store, gone.task_id) == (False, GONE)
+
+
+def test_a_fire_recorded_lost_that_starts_late_becomes_a_start(
+    store: Store, clock: FrozenClock
+) -> None:
+    (claim,) = claimed(store, clock, "a")
+    with store.begin() as conn:
+        conn.exec_driver_sql("UPDATE cronstore_fire SET state = 'lost', reason = 'never started'")
+    assert _start(store, claim.task_id) == (True, None)
+    assert state(store, "a") == (FireState.STARTED, None)
