@@ -28,7 +28,14 @@ from dataclasses import dataclass
 
 from celery_cronstore.states import STARTABLE, FireState
 
-__all__ = ["DISABLED", "GONE", "PlainDecision", "PlainSnapshot", "decide_plain_start"]
+__all__ = [
+    "DISABLED",
+    "GONE",
+    "NOT_STARTED",
+    "PlainDecision",
+    "PlainSnapshot",
+    "decide_plain_start",
+]
 
 #: Why a fire of a task disabled (or removed) before it started is not started.
 DISABLED = "not started: its periodic task was disabled (or removed) before the fire started"
@@ -38,7 +45,8 @@ GONE = (
     "worker's cronstore_url is not beat's)"
 )
 
-_LATE_STARTABLE = (*STARTABLE, FireState.LOST)
+#: A fire that did not start yet (a late start turns ``lost`` into a start).
+NOT_STARTED = (*STARTABLE, FireState.LOST)
 _REDELIVERED = (FireState.STARTED, FireState.ABANDONED)
 
 
@@ -73,7 +81,7 @@ def decide_plain_start(snap: PlainSnapshot) -> PlainDecision:
         return PlainDecision(False, None, GONE)
     if state == FireState.RETRYING and snap.retries > 0:
         return PlainDecision(True)
-    if state in _LATE_STARTABLE:
+    if state in NOT_STARTED:
         if not snap.enabled:
             return PlainDecision(False, FireState.DROPPED, DISABLED)
         return PlainDecision(True)

@@ -13,6 +13,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from celery_cronstore import policy
+from celery_cronstore.policy.plain import NOT_STARTED
 from celery_cronstore.states import FireState
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.schema import fire, periodic_task
@@ -57,7 +58,10 @@ def start_plain(
         )
         if row is None:
             return decision, None
-        fence = (_F.id == row.id, _F.state == row.state)
+        # Beat may mark the fire published (from ``sending``) between this read and the
+        # write: a fire not yet started is fenced on being not yet started, not on the
+        # very state read; a second start finds it ``started`` and is refused.
+        fence = (_F.id == row.id, _F.state.in_(NOT_STARTED if state in NOT_STARTED else (state,)))
         if not decision.start:
             if decision.record is not None:
                 conn.execute(
