@@ -30,7 +30,7 @@ from celery_cronstore.store.db import Database
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import UTCDateTime
 
-__all__ = ["PRUNE_BATCH", "PRUNE_PAUSE", "REMOVE_BATCH", "PruneStep", "Pruner", "delete_history"]
+__all__ = ["PRUNE_BATCH", "PRUNE_PAUSE", "REMOVE_BATCH", "PruneStep", "Pruner"]
 
 #: Ledger rows read (and at most deleted) by one prune transaction.
 PRUNE_BATCH = 1000
@@ -237,32 +237,6 @@ class Pruner:
                 if deleted:
                     counts[state] = deleted
         return counts
-
-
-def delete_history(db: Database, periodic_task_id: int, *, batch: int = REMOVE_BATCH) -> int:
-    """Delete a task's ledger rows oldest first, ``batch`` rows per transaction.
-
-    Return how many rows went. The caller deletes the task row (and any row written
-    since) afterwards.
-    """
-    if batch < 1:
-        raise ValueError(f"batch must be a positive number of rows, got {batch!r}")
-    total = 0
-    while True:
-        with db.begin() as conn:
-            ids = list(
-                conn.execute(
-                    sa.select(_F.id)
-                    .where(_F.periodic_task_id == periodic_task_id)
-                    .order_by(_F.fire_time)
-                    .limit(batch)
-                ).scalars()
-            )
-            for start in range(0, len(ids), _IN_CHUNK):
-                conn.execute(sa.delete(fire).where(_F.id.in_(ids[start : start + _IN_CHUNK])))
-        total += len(ids)
-        if len(ids) < batch:
-            return total
 
 
 def _merge(found: dict[int, datetime], rows: Iterable[Any]) -> None:
