@@ -156,7 +156,8 @@ def test_the_recheck_of_held_claims_reads_on_the_held_connection(direct: Store) 
         direct.remove("gone")
         assert [c.name for c in held.recheck(claims)] == ["on"]
         assert counting.calls == 2
-        (dropped,) = direct.history("off")
+        # A slow start may have claimed a second due second too (one of them ``missed``).
+        (dropped,) = [f for f in direct.history("off") if f.state != "missed"]
         assert (dropped.state, dropped.reason) == (
             "dropped",
             "not published: the task was disabled while the fire waited",
