@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from task_rows import periodic_task
 from timeline import T0, at
 
 from celery_cronstore import policy
@@ -36,38 +37,13 @@ def minutes(n: float) -> datetime:
 
 def make_task(**changes: Any) -> PeriodicTask:
     """Return a due ``every 1m`` task (next run T0) with the store's defaults, changed."""
-    task = PeriodicTask(
-        id=7,
-        name="A",
-        task="app.a",
-        args=[1],
-        kwargs={"k": "v"},
-        options={"queue": "q"},
-        timer_kind="interval",
-        timer="every 1m",
-        tz="UTC",
-        enabled=True,
-        owner_type=None,
-        owner_id=None,
-        description="",
-        source="api",
-        next_run=T0,
-        last_fire=None,
-        last_run=None,
-        total_run_count=0,
-        misfire_policy="run_once",
-        misfire_limit=100,
-        start_deadline=None,
-        overlap_policy="allow",
-        tolerance=None,
-        max_retries=0,
-        resume_state=None,
-        error=None,
-        version=1,
-        created_at=T0 - timedelta(days=1),
-        updated_at=T0 - timedelta(days=1),
-    )
-    return dataclasses.replace(task, **changes)
+    defaults: dict[str, Any] = {
+        "id": 7,
+        "args": [1],
+        "kwargs": {"k": "v"},
+        "options": {"queue": "q"},
+    }
+    return periodic_task(**{**defaults, **changes})
 
 
 def never_called() -> Running | None:
