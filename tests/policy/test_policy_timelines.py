@@ -15,41 +15,17 @@ from datetime import datetime, timedelta
 
 import pytest
 from nuntium import CONGESTED, DROPPED, FORCED, STANDARD, TIMER, TOLERANCE, mmss, rows
+from task_rows import periodic_task
 from timeline import T0
 
 from celery_cronstore import policy
 from celery_cronstore.policy import StartDecision, StartSnapshot
-from celery_cronstore.records import PeriodicTask
 from celery_cronstore.timers import parse_timer
 
-A = PeriodicTask(
-    id=1,
-    name="A",
+A = periodic_task(
     task="nuntium.A",
-    args=[],
-    kwargs={},
-    options={},
-    timer_kind="interval",
     timer=TIMER,
-    tz="UTC",
-    enabled=True,
-    owner_type=None,
-    owner_id=None,
-    description="",
-    source="api",
     next_run=None,  # planned by the "Initial state" row
-    last_fire=None,
-    last_run=None,
-    total_run_count=0,
-    misfire_policy="run_once",
-    misfire_limit=100,
-    start_deadline=None,
-    overlap_policy="allow",
-    tolerance=None,
-    max_retries=0,
-    resume_state=None,
-    error=None,
-    version=1,
     created_at=T0,
     updated_at=T0,
 )
