@@ -342,8 +342,18 @@ def test_a_next_run_moved_onto_a_recorded_fire_is_planned_past_on_every_replica(
         expected = int((end - start).total_seconds()) - 2
         assert len(times) >= expected, f"{name}: {len(times)} fires, expected ~{expected}"
         assert grid_gaps(times, 1) == [], f"{name} lost fires in the window"
-        mine = {f["task_id"] for f in window if f["name"] == name and f["state"] != "missed"}
-        assert mine <= delivered, f"{name}: fires claimed but never delivered"
+        # A fire due just before ``end`` that a loaded beat had not yet sent when the
+        # disable committed is refused by the send re-check (dropped, "disabled"): that is
+        # the promise "nothing after disable", not a lost fire.
+        mine = {
+            f["task_id"]: f
+            for f in window
+            if f["name"] == name
+            and f["state"] != "missed"
+            and not (f["state"] == "dropped" and "disabled" in (f["reason"] or ""))
+        }
+        lost = [mine[t] for t in mine.keys() - delivered]
+        assert lost == [], f"{name}: fires claimed but never delivered: {lost}"
     print(f"fires per task in {(end - start).total_seconds():.1f}s: {counts}")
     print(f"claims per beat in the window: {dict(claimers)}")
     if store_kind != "sqlite":
