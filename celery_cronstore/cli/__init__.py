@@ -7,6 +7,7 @@ Celery finds the group through the ``celery.commands`` entry point;
 from __future__ import annotations
 
 # Each command module registers its commands on the group when imported.
+from celery_cronstore.cli import adopt as _adopt  # noqa: F401  (import)
 from celery_cronstore.cli import deployment as _deployment  # noqa: F401  (migrate, health)
 from celery_cronstore.cli import fires as _fires  # noqa: F401  (validate, next, history, run-now)
 from celery_cronstore.cli import tasks as _tasks  # noqa: F401  (list, show, add, edit, ...)

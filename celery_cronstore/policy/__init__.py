@@ -23,6 +23,7 @@ from celery_cronstore.policy.backlog import WALK_LIMIT, Backlog, backlog, choose
 from celery_cronstore.policy.edit import (
     REPLAN_FIELDS,
     EditPlan,
+    adopted_plan,
     edit_plan,
     first_plan,
     readable_timer,
@@ -113,6 +114,7 @@ __all__ = [
     "TakeOverDecision",
     "TakeOverSnapshot",
     "abandoned_reason",
+    "adopted_plan",
     "allowed",
     "backlog",
     "beat_health",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery_cronstore.errors import TimerError, TimerSearchError
@@ -103,6 +103,38 @@ def first_plan(
         return timer.first_fire(now, last_fire)
     except TimerSearchError:  # beat plans past the instant the timer cannot answer at
         return EPOCH
+
+
+def adopted_plan(
+    timer: Timer | None,
+    now: datetime,
+    *,
+    last_run_at: datetime | None,
+    start_at: datetime | None,
+    enabled: bool,
+) -> datetime | None:
+    """Return ``next_run`` for a task brought over from another scheduler at ``now``.
+
+    The first fire is the timer's next one after the old scheduler's last run (so that
+    nothing fires again that already fired), and not before ``start_at``. It may be in
+    the past (fires due while switching): beat then applies the task's misfire policy,
+    as the old scheduler would have caught up. Without a last run it is the first fire
+    after ``now``. ``None`` when disabled or when the timer fires no more (a one-off
+    instant that already ran); :data:`EPOCH` when the timer cannot answer.
+    """
+    if not enabled:
+        return None
+    if timer is None:
+        return EPOCH
+    try:
+        planned = (
+            timer.first_fire(now, None) if last_run_at is None else timer.next_after(last_run_at)
+        )
+        if planned is not None and start_at is not None and planned < start_at:
+            planned = timer.next_after(start_at - timedelta(microseconds=1))
+    except TimerSearchError:
+        return EPOCH
+    return planned
 
 
 def edit_plan(

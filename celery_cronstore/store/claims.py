@@ -49,6 +49,7 @@ from celery_cronstore.store.heartbeat import BeatHeartbeat
 from celery_cronstore.store.inflight import InFlight
 from celery_cronstore.store.look import PEEK_REUSE, Look
 from celery_cronstore.store.marks import Marks
+from celery_cronstore.store.peers import PeerGuard
 from celery_cronstore.store.refusal import SendCheck, timer_or_none
 from celery_cronstore.store.rows import to_task
 from celery_cronstore.store.schema import fire, periodic_task
@@ -114,6 +115,8 @@ class Claimer:
         self.start_timeout = start_timeout
         self.max_redeliveries = max_redeliveries
         self.check = SendCheck(allowlist, self.seam)
+        #: Imported tasks their old scheduler still fires (same database) are refused.
+        self.peers = PeerGuard()
         self.beats = BeatHeartbeat(db, node)
         self.look = Look(db, node, self.beats, hold=hold)
         self.marks = Marks(db, node, self.seam, self.look, start_timeout=start_timeout)
@@ -330,6 +333,8 @@ class Claimer:
             task = to_task(row)
             at = as_of(task, now)
             reason = self.problem(task, row)
+            if reason is None:
+                reason = self.peers.refusal(conn, task, now)
             if reason is None:
                 batch.items.append(Item(task, self._plan(conn, task, at)))
                 return

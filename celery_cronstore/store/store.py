@@ -8,7 +8,7 @@ import copy
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -37,6 +37,10 @@ from celery_cronstore.store.schema import VERSION_TABLE, fire, periodic_task
 from celery_cronstore.store.seam import CallSeam, NullSeam, TaskSeam
 from celery_cronstore.store.state import StoreReads
 from celery_cronstore.timers import Timer, parse_timer
+
+if TYPE_CHECKING:
+    from celery_cronstore.adopt.plan import Plan
+    from celery_cronstore.store.adopt import Adopted
 
 __all__ = ["DEFAULT_URL", "CallCheck", "Store"]
 
@@ -258,6 +262,19 @@ class Store(StoreReads):
         the row is still at that version, checked by the ``UPDATE`` itself: otherwise
         :class:`EditConflictError` and nothing is written.
         """
+        with self.begin() as conn:
+            return self.update_in(conn, name, expected_version=expected_version, **changes)
+
+    def update_in(
+        self,
+        conn: sa.Connection,
+        name: str,
+        /,
+        *,
+        expected_version: int | None = None,
+        **changes: Any,
+    ) -> PeriodicTask:
+        """:meth:`update` inside the caller's transaction ``conn``."""
         owner = changes.pop("owner", ...)
         kind = changes.pop("kind", None)
         force = bool(changes.pop("force", True))
@@ -268,46 +285,58 @@ class Store(StoreReads):
         values = check_values(changes)
         if owner is not ...:
             values.update(owner_values(owner))
+        current = to_task(self._row(conn, name, lock=True))
+        if {"task", "args", "kwargs"} & set(changes):
+            self._check_task(
+                changes.get("task", current.task),
+                list(changes.get("args", current.args)),
+                dict(changes.get("kwargs", current.kwargs)),
+                registered=not force and changes.get("task", current.task) != current.task,
+            )
+        now = self.now(conn)
+        parsed: Timer | None
+        if not (timer_changes or kind is not None):
+            # A stored timer may be bad (raw SQL): the row can still be disabled,
+            # edited or enabled; beat then puts it in error with the reason.
+            parsed = policy.readable_timer(current)
+        else:  # the stored timer may be the bad one being fixed: do not parse it
+            parsed = parse_timer(
+                timer_changes.get("timer", current.timer),
+                kind=kind or (None if "timer" in timer_changes else current.timer_kind),
+                tz=timer_changes.get("tz", current.tz),
+            )
+            values.update(timer_values(parsed))
+            if not force and timer_key(parsed) != timer_key(current):
+                _refuse_past(parsed, now)
+        decided = policy.edit_plan(current, values, now, timer=parsed)
+        if decided.missed is not None:
+            _record(conn, decided.missed)
+        values.update(decided.values(), updated_at=now, version=_PT.version + 1)
+        where = [_PT.id == current.id]
+        if expected_version is not None:
+            where.append(_PT.version == expected_version)
+        try:
+            written = conn.execute(sa.update(periodic_task).where(*where).values(**values))
+        except IntegrityError:  # renamed to a name that is taken
+            taken = f"a periodic task named {values.get('name', name)!r} already exists"
+            raise DuplicateTaskError(taken) from None
+        if expected_version is not None and written.rowcount == 0:
+            # The row is locked since it was read: the version it holds is current's.
+            raise EditConflictError(current.name, expected_version, current.version)
+        return to_task(self._row(conn, values.get("name", name)))
+
+    def adopt(self, plan: Plan, *, source: str) -> Adopted:
+        """Carry out an import or apply plan in one transaction (:mod:`.adopt`)."""
+        from celery_cronstore.store import adopt
+
+        return adopt.carry_out(self, plan, source=source)
+
+    def peer_warnings(self, source: str, names: builtins.list[str]) -> builtins.list[str]:
+        """Return what an import from ``source`` must say about switching (:mod:`.peers`)."""
+        from celery_cronstore.store.peers import peer_warnings
+
         with self.begin() as conn:
-            current = to_task(self._row(conn, name, lock=True))
-            if {"task", "args", "kwargs"} & set(changes):
-                self._check_task(
-                    changes.get("task", current.task),
-                    list(changes.get("args", current.args)),
-                    dict(changes.get("kwargs", current.kwargs)),
-                    registered=not force and changes.get("task", current.task) != current.task,
-                )
-            now = self.now(conn)
-            parsed: Timer | None
-            if not (timer_changes or kind is not None):
-                # A stored timer may be bad (raw SQL): the row can still be disabled,
-                # edited or enabled; beat then puts it in error with the reason.
-                parsed = policy.readable_timer(current)
-            else:  # the stored timer may be the bad one being fixed: do not parse it
-                parsed = parse_timer(
-                    timer_changes.get("timer", current.timer),
-                    kind=kind or (None if "timer" in timer_changes else current.timer_kind),
-                    tz=timer_changes.get("tz", current.tz),
-                )
-                values.update(timer_values(parsed))
-                if not force and timer_key(parsed) != timer_key(current):
-                    _refuse_past(parsed, now)
-            decided = policy.edit_plan(current, values, now, timer=parsed)
-            if decided.missed is not None:
-                _record(conn, decided.missed)
-            values.update(decided.values(), updated_at=now, version=_PT.version + 1)
-            where = [_PT.id == current.id]
-            if expected_version is not None:
-                where.append(_PT.version == expected_version)
-            try:
-                written = conn.execute(sa.update(periodic_task).where(*where).values(**values))
-            except IntegrityError:  # renamed to a name that is taken
-                taken = f"a periodic task named {values.get('name', name)!r} already exists"
-                raise DuplicateTaskError(taken) from None
-            if expected_version is not None and written.rowcount == 0:
-                # The row is locked since it was read: the version it holds is current's.
-                raise EditConflictError(current.name, expected_version, current.version)
-            return to_task(self._row(conn, values.get("name", name)))
+            return peer_warnings(conn, source, names)
 
     def _check_task(
         self, task: str, args: builtins.list[Any], kwargs: dict[str, Any], *, registered: bool

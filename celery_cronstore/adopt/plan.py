@@ -1,0 +1,252 @@
+"""What bringing schedules in would change: one pure comparison for import and apply.
+
+:func:`make_plan` takes what a source read (:class:`~celery_cronstore.adopt.records.Read`)
+and the tasks stored now, validates each incoming task the way every other window does
+(the field table of :mod:`celery_cronstore.fields`, :func:`~celery_cronstore.timers.
+parse_timer`, and the app's task catalog when there is one), and returns a :class:`Plan`:
+one :class:`Change` per name, in the order read. The store carries a plan out in one
+transaction (:meth:`celery_cronstore.store.Store.adopt`); a dry run prints it.
+
+Rules, the same for every source:
+
+* a name not stored is **created**; a stored one of the same source (or any source, for
+  ``apply``, which manages every task it names) is **updated** field by field, or
+  **unchanged**: a rerun changes nothing and fires nothing twice;
+* a stored task of another source is a **conflict**, left alone (``cronstore import``
+  never overwrites a task it did not bring in);
+* a row the source could not map, or whose values fail validation, is **refused**, with
+  the reason; the rest still comes over; a name read twice is refused the second time;
+* with ``prune``, stored tasks the source no longer names (among those ``prunable`` says
+  may go) are **removed**.
+
+Only the fields an incoming task gives are compared: a field left out keeps its stored
+value (or, for a new task, its default).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery_cronstore import fields
+from celery_cronstore.adopt.records import Incoming, Read, Refused
+from celery_cronstore.errors import CronstoreError
+from celery_cronstore.records import PeriodicTask
+from celery_cronstore.timers import parse_timer
+
+__all__ = ["ACTIONS", "Change", "Plan", "make_plan"]
+
+#: Every action a change can have, in the order a report lists their counts.
+ACTIONS = ("create", "update", "unchanged", "remove", "conflict", "refuse")
+
+#: ``(task name, args, kwargs) -> why beat would not send it, or None``.
+TaskCheck = Callable[[str, list[Any], dict[str, Any]], "str | None"]
+
+_TIMER = ("timer", "kind", "tz")
+
+
+@dataclass(frozen=True)
+class Change:
+    """What happens to one name."""
+
+    action: str
+    name: str
+    origin: str = ""
+    #: Field -> (stored value, new value); for a create, every field given (old ``None``).
+    fields: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    reason: str = ""
+    #: The checked incoming task (create and update), values normalized.
+    incoming: Incoming | None = None
+
+    @property
+    def writes(self) -> bool:
+        """Whether carrying it out writes the store."""
+        return self.action in ("create", "update", "remove")
+
+    def line(self) -> str:
+        """Return the one line a report prints for it."""
+        head = f"{self.action:<9} {self.name}"
+        if self.action == "update":
+            changed = ", ".join(
+                f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in self.fields.items()
+            )
+            return f"{head}  ({changed})"
+        if self.action == "create":
+            timer = self.fields.get("timer", (None, ""))[1]
+            return f"{head}  ({timer})"
+        return f"{head}  {self.reason}".rstrip()
+
+    def as_json(self) -> dict[str, Any]:
+        """Return it as plain JSON data (``--json``)."""
+        out: dict[str, Any] = {"action": self.action, "name": self.name, "origin": self.origin}
+        if self.fields:
+            out["fields"] = {k: {"old": o, "new": n} for k, (o, n) in self.fields.items()}
+        if self.reason:
+            out["reason"] = self.reason
+        if self.incoming is not None and self.incoming.notes:
+            out["notes"] = list(self.incoming.notes)
+        return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every change, in the order read (removals last)."""
+
+    changes: tuple[Change, ...]
+
+    def counts(self) -> dict[str, int]:
+        """Return how many changes have each action (every action, zeros included)."""
+        seen = Counter(c.action for c in self.changes)
+        return {action: seen.get(action, 0) for action in ACTIONS}
+
+    @property
+    def writes(self) -> list[Change]:
+        """Return the changes that write the store."""
+        return [c for c in self.changes if c.writes]
+
+    @property
+    def refused(self) -> list[Change]:
+        """Return the changes that did not go through (refusals and conflicts)."""
+        return [c for c in self.changes if c.action in ("refuse", "conflict")]
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the whole plan as plain JSON data."""
+        return {"counts": self.counts(), "changes": [c.as_json() for c in self.changes]}
+
+
+def make_plan(
+    reads: Sequence[Read],
+    current: Mapping[str, PeriodicTask],
+    *,
+    source: str,
+    default_tz: str,
+    check_task: TaskCheck | None = None,
+    manage_all: bool = False,
+    prune: bool = False,
+    prunable: Callable[[PeriodicTask], bool] | None = None,
+) -> Plan:
+    """Compare what a source read with the stored tasks; return the :class:`Plan`.
+
+    ``source`` is the ``source`` tag imported tasks carry; only stored tasks with that tag
+    are updated unless ``manage_all`` (``apply``). ``check_task`` says why beat would not
+    send a task (not registered, args that do not fit). With ``prune``, stored tasks not
+    read are removed if ``prunable`` says so (default: those with the ``source`` tag).
+    """
+    changes: list[Change] = []
+    named: set[str] = set()
+    for read in reads:
+        if read.name in named:
+            changes.append(
+                Change("refuse", read.name, read.origin, reason="read twice: the first one is kept")
+            )
+            continue
+        named.add(read.name)
+        if isinstance(read, Refused):
+            changes.append(Change("refuse", read.name, read.origin, reason=read.reason))
+            continue
+        changes.append(
+            _one(read, current.get(read.name), source, default_tz, check_task, manage_all)
+        )
+    if prune:
+        keep = prunable or (lambda task: task.source == source)
+        for name, task in current.items():
+            if name not in named and keep(task):
+                changes.append(Change("remove", name, reason="not in the source"))
+    return Plan(tuple(changes))
+
+
+def _one(
+    read: Incoming,
+    stored: PeriodicTask | None,
+    source: str,
+    default_tz: str,
+    check_task: TaskCheck | None,
+    manage_all: bool,
+) -> Change:
+    if stored is not None and not manage_all and stored.source != source:
+        return Change(
+            "conflict",
+            read.name,
+            read.origin,
+            reason=(
+                f"a task of that name exists already (source {stored.source!r}) and is left "
+                "alone: rename one of them, or remove the stored one and import again"
+            ),
+        )
+    try:
+        values = _checked(read, stored, default_tz, check_task)
+    except (ValueError, CronstoreError) as exc:
+        return Change("refuse", read.name, read.origin, reason=str(exc))
+    checked = Incoming(
+        read.name,
+        read.origin,
+        values,
+        last_run_at=read.last_run_at,
+        total_run_count=read.total_run_count,
+        start_at=read.start_at,
+        notes=read.notes,
+    )
+    if stored is None:
+        created = {k: (None, v) for k, v in values.items()}
+        return Change("create", read.name, read.origin, created, incoming=checked)
+    differ = {k: (old, v) for k, v in values.items() if (old := _stored(stored, k)) != v}
+    if differ:
+        return Change("update", read.name, read.origin, differ, incoming=checked)
+    return Change("unchanged", read.name, read.origin, incoming=checked)
+
+
+def _checked(
+    read: Incoming,
+    stored: PeriodicTask | None,
+    default_tz: str,
+    check_task: TaskCheck | None,
+) -> dict[str, Any]:
+    """Return ``read``'s values checked and normalized (raise ``ValueError`` naming why)."""
+    table = fields.by_name()
+    unknown = sorted(set(read.values) - set(table))
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)}: known are {', '.join(table)}")
+    values: dict[str, Any] = {}
+    for key, value in read.values.items():
+        if key in _TIMER:
+            continue
+        if key == "owner" and isinstance(value, list):
+            value = tuple(value)
+        checked = table[key].check(value)
+        if key == "owner" and checked is not None:  # ids are stored as text
+            checked = (checked[0], str(checked[1]))
+        values[key] = checked
+    for key in ("task",):
+        if key not in values and stored is None:
+            raise ValueError(f"{key} is required: {table[key].wants}")
+    if "timer" in read.values or stored is None:
+        text = read.values.get("timer")
+        if text is None:
+            raise ValueError("timer is required: give a timer expression")
+        timer = parse_timer(
+            table["timer"].check(text),
+            kind=read.values.get("kind"),
+            tz=read.values.get("tz") or (stored.tz if stored is not None else default_tz),
+        )
+        values.update(timer=str(timer), kind=timer.kind, tz=timer.tz_name)
+    if check_task is not None and ({"task", "args", "kwargs"} & set(values) or stored is None):
+        task = values.get("task", stored.task if stored is not None else "")
+        args = list(values.get("args", stored.args if stored is not None else []))
+        kwargs = dict(values.get("kwargs", stored.kwargs if stored is not None else {}))
+        problem = check_task(task, args, kwargs)
+        if problem is not None:
+            raise ValueError(problem)
+    return values
+
+
+def _stored(task: PeriodicTask, name: str) -> Any:
+    if name == "owner":
+        return task.owner
+    return getattr(task, fields.field(name).key)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,65 @@
+"""What a source of schedules yields: a task to bring in, or a refusal naming why not.
+
+Pure records. A reader (:mod:`celery_cronstore.adopt.sources`) maps each of the peer's
+rows to one of these; :mod:`celery_cronstore.adopt.plan` validates and compares them with
+the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = ["Incoming", "Read", "ReadContext", "Refused"]
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One periodic task as a source describes it.
+
+    ``values`` are fields of :mod:`celery_cronstore.fields` by name (``task``, ``timer``,
+    ``kind``, ``tz``, ``args``, ``kwargs``, ``options``, ``enabled``, ``description``,
+    ``start_deadline``, the policies, ``owner``); fields left out keep their default (or,
+    for a task already stored, their stored value). ``origin`` says where it came from, for
+    report lines (``django_celery_beat_periodictask id=12``).
+    """
+
+    name: str
+    origin: str
+    values: Mapping[str, Any]
+    #: When the old scheduler last ran it (aware): the first fire here is its timer's
+    #: next one after this, so that nothing fires again that already fired.
+    last_run_at: datetime | None = None
+    #: How many times the old scheduler ran it.
+    total_run_count: int | None = None
+    #: No fire before this instant (aware): the peer's ``start_time``.
+    start_at: datetime | None = None
+    #: Notes for the report (what was mapped approximately, what was dropped and why).
+    notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A row of the source that cannot come over; ``reason`` names the problem and the fix."""
+
+    name: str
+    origin: str
+    reason: str
+
+
+#: One row of a source, mapped.
+Read = Incoming | Refused
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """What a reader may need besides the location it reads."""
+
+    #: Zone for schedules that have none of their own (the app's ``timezone``).
+    zone: str = "UTC"
+    #: The Celery app (``beat_schedule``), or ``None``.
+    app: Any = None
+    #: RedBeat's key prefix (``redbeat_key_prefix``; default ``redbeat:``).
+    key_prefix: str | None = None

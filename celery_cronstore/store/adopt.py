@@ -1,0 +1,115 @@
+"""Carry out an import or apply plan (:mod:`celery_cronstore.adopt.plan`) in one transaction.
+
+Everything the plan creates and updates is written in one transaction: all of it, or,
+if any statement fails (a name taken meanwhile, the database gone), none of it. A task
+brought in with the old scheduler's last run gets ``last_fire`` = that run (beat never
+fires at or before it) and its first ``next_run`` from
+:func:`celery_cronstore.policy.adopted_plan`. Removals (``--prune``) are disabled in the
+same transaction, so no fire of theirs is claimed after it commits; their ledgers and rows
+are then deleted as :meth:`~celery_cronstore.store.Store.remove` deletes them, in short
+batches (interrupted, the tasks stay disabled: pruning again finishes the job).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+from celery_cronstore import policy
+from celery_cronstore.errors import DuplicateTaskError
+from celery_cronstore.store import removal
+from celery_cronstore.store.retention import REMOVE_BATCH
+from celery_cronstore.store.rows import check_values, owner_values, timer_values
+from celery_cronstore.store.schema import periodic_task
+from celery_cronstore.timers import parse_timer
+
+if TYPE_CHECKING:
+    from celery_cronstore.adopt.plan import Change, Plan
+    from celery_cronstore.store.store import Store
+
+__all__ = ["Adopted", "carry_out"]
+
+_PT = periodic_task.c
+_TIMER = ("timer", "kind", "tz")
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """What a plan did: the names created, updated and removed."""
+
+    created: tuple[str, ...]
+    updated: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+def carry_out(store: Store, plan: Plan, *, source: str) -> Adopted:
+    """Write ``plan``'s creates, updates and removals; return the names written."""
+    created: list[str] = []
+    updated: list[str] = []
+    removed: list[str] = []
+    with store.begin() as conn:
+        now = store.now(conn)
+        for change in plan.writes:
+            if change.action == "create":
+                _create(conn, change, source, now)
+                created.append(change.name)
+            elif change.action == "update":
+                _update(store, conn, change)
+                updated.append(change.name)
+            else:
+                removed.append(change.name)
+        if removed:
+            conn.execute(
+                sa.update(periodic_task)
+                .where(_PT.name.in_(removed))
+                .values(enabled=False, next_run=None, updated_at=now, version=_PT.version + 1)
+            )
+    if removed:
+        removal.remove_tasks(store.db, (_PT.name.in_(removed),), batch=REMOVE_BATCH)
+    return Adopted(tuple(created), tuple(updated), tuple(removed))
+
+
+def _create(conn: sa.Connection, change: Change, source: str, now: Any) -> None:
+    incoming = change.incoming
+    assert incoming is not None  # a create always carries its checked task
+    given = dict(incoming.values)
+    timer = parse_timer(given["timer"], kind=given["kind"], tz=given["tz"])
+    owner = given.pop("owner", None)
+    enabled = bool(given.get("enabled", True))
+    given["name"] = change.name
+    values = check_values({k: v for k, v in given.items() if k not in _TIMER})
+    values.update(owner_values(owner))
+    values.update(timer_values(timer))
+    values["source"] = source
+    values.update(created_at=now, updated_at=now)
+    values["next_run"] = policy.adopted_plan(
+        timer,
+        now,
+        last_run_at=incoming.last_run_at,
+        start_at=incoming.start_at,
+        enabled=enabled,
+    )
+    if incoming.last_run_at is not None:
+        values["last_fire"] = incoming.last_run_at
+    if incoming.total_run_count:
+        values["total_run_count"] = incoming.total_run_count
+    try:
+        with conn.begin_nested():
+            conn.execute(sa.insert(periodic_task).values(**values))
+    except IntegrityError:
+        raise DuplicateTaskError(
+            f"a periodic task named {change.name!r} was added meanwhile; nothing was "
+            "imported: run the import again"
+        ) from None
+
+
+def _update(store: Store, conn: sa.Connection, change: Change) -> None:
+    incoming = change.incoming
+    assert incoming is not None
+    changed = {k: incoming.values[k] for k in change.fields}
+    if set(_TIMER) & set(changed):  # a timer is checked as a whole
+        changed.update({k: incoming.values[k] for k in _TIMER if k in incoming.values})
+    store.update_in(conn, change.name, **changed)
