@@ -35,6 +35,7 @@ from celery_cronstore.cli.base import (
 from celery_cronstore.cli.group import cronstore
 from celery_cronstore.config import Config
 from celery_cronstore.store.adopt import Adopted
+from celery_cronstore.store.peers import peer_warnings
 
 __all__ = ["import_", "report", "task_check"]
 
@@ -136,6 +137,6 @@ def import_(
         default_tz=context.zone,
         check_task=task_check(app, force=force),
     )
-    warnings = store.peer_warnings(source, [c.name for c in plan.changes if c.incoming])
+    warnings = peer_warnings(store.db, source, [c.name for c in plan.changes if c.incoming])
     done = None if dry_run else store.adopt(plan, source=tag)
     report(ctx, plan, done, as_json=as_json, warnings=warnings)

@@ -12,6 +12,7 @@ batches (interrupted, the tasks stay disabled: pruning again finishes the job).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,10 @@ from celery_cronstore.timers import parse_timer
 
 if TYPE_CHECKING:
     from celery_cronstore.adopt.plan import Change, Plan
-    from celery_cronstore.store.store import Store
+    from celery_cronstore.store.db import Database
+
+#: ``Store.update_in``: an edit inside the caller's transaction.
+UpdateIn = Callable[..., Any]
 
 __all__ = ["Adopted", "carry_out"]
 
@@ -45,19 +49,23 @@ class Adopted:
     removed: tuple[str, ...]
 
 
-def carry_out(store: Store, plan: Plan, *, source: str) -> Adopted:
-    """Write ``plan``'s creates, updates and removals; return the names written."""
+def carry_out(db: Database, update_in: UpdateIn, plan: Plan, *, source: str) -> Adopted:
+    """Write ``plan``'s creates, updates and removals; return the names written.
+
+    ``update_in`` is :meth:`Store.update_in <celery_cronstore.store.Store.update_in>`: an
+    update goes through the same checks and re-planning as every other edit.
+    """
     created: list[str] = []
     updated: list[str] = []
     removed: list[str] = []
-    with store.begin() as conn:
-        now = store.now(conn)
+    with db.begin() as conn:
+        now = db.now(conn)
         for change in plan.writes:
             if change.action == "create":
                 _create(conn, change, source, now)
                 created.append(change.name)
             elif change.action == "update":
-                _update(store, conn, change)
+                _update(update_in, conn, change)
                 updated.append(change.name)
             else:
                 removed.append(change.name)
@@ -68,7 +76,7 @@ def carry_out(store: Store, plan: Plan, *, source: str) -> Adopted:
                 .values(enabled=False, next_run=None, updated_at=now, version=_PT.version + 1)
             )
     if removed:
-        removal.remove_tasks(store.db, (_PT.name.in_(removed),), batch=REMOVE_BATCH)
+        removal.remove_tasks(db, (_PT.name.in_(removed),), batch=REMOVE_BATCH)
     return Adopted(tuple(created), tuple(updated), tuple(removed))
 
 
@@ -106,10 +114,10 @@ def _create(conn: sa.Connection, change: Change, source: str, now: Any) -> None:
         ) from None
 
 
-def _update(store: Store, conn: sa.Connection, change: Change) -> None:
+def _update(update_in: UpdateIn, conn: sa.Connection, change: Change) -> None:
     incoming = change.incoming
     assert incoming is not None
     changed = {k: incoming.values[k] for k in change.fields}
     if set(_TIMER) & set(changed):  # a timer is checked as a whole
         changed.update({k: incoming.values[k] for k in _TIMER if k in incoming.values})
-    store.update_in(conn, change.name, **changed)
+    update_in(conn, change.name, **changed)

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from celery_cronstore.records import PeriodicTask
+from celery_cronstore.store.db import Database
 
 __all__ = ["PEERS", "REFRESH", "PeerGuard", "peer_warnings"]
 
@@ -80,12 +81,17 @@ class PeerGuard:
         return names
 
 
-def peer_warnings(conn: sa.Connection, source: str, names: Sequence[str]) -> list[str]:
+def peer_warnings(db: Database, source: str, names: Sequence[str]) -> list[str]:
     """Return what ``cronstore import`` must say about the switch for ``source``'s tasks.
 
     Names the imported tasks the peer still has enabled (beat refuses them until the peer
     disables them), or says why beat cannot tell.
     """
+    with db.begin() as conn:
+        return _warnings(conn, source, names)
+
+
+def _warnings(conn: sa.Connection, source: str, names: Sequence[str]) -> list[str]:
     tag = {"django-celery-beat": "dcb", "sqlalchemy-celery-beat": "scb"}.get(source)
     if tag is None:
         return [

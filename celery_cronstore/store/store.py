@@ -329,14 +329,7 @@ class Store(StoreReads):
         """Carry out an import or apply plan in one transaction (:mod:`.adopt`)."""
         from celery_cronstore.store import adopt
 
-        return adopt.carry_out(self, plan, source=source)
-
-    def peer_warnings(self, source: str, names: builtins.list[str]) -> builtins.list[str]:
-        """Return what an import from ``source`` must say about switching (:mod:`.peers`)."""
-        from celery_cronstore.store.peers import peer_warnings
-
-        with self.begin() as conn:
-            return peer_warnings(conn, source, names)
+        return adopt.carry_out(self.db, self.update_in, plan, source=source)
 
     def _check_task(
         self, task: str, args: builtins.list[Any], kwargs: dict[str, Any], *, registered: bool
