@@ -11,7 +11,9 @@ Rules, the same for every source:
 
 * a name not stored is **created**; a stored one of the same source (or any source, for
   ``apply``, which manages every task it names) is **updated** field by field, or
-  **unchanged**: a rerun changes nothing and fires nothing twice;
+  **unchanged**: a rerun changes nothing and fires nothing twice. A rerun whose source
+  ran the task since (the old scheduler was still running) moves its ``last_fire``
+  forward to that run, so that the fire is not sent here again;
 * a stored task of another source is a **conflict**, left alone (``cronstore import``
   never overwrites a task it did not bring in);
 * a row the source could not map, or whose values fail validation, is **refused**, with
@@ -28,6 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from celery_cronstore import fields
@@ -36,7 +39,7 @@ from celery_cronstore.errors import CronstoreError
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.timers import parse_timer
 
-__all__ = ["ACTIONS", "Change", "Plan", "make_plan"]
+__all__ = ["ACTIONS", "LAST_FIRE", "Change", "Plan", "make_plan"]
 
 #: Every action a change can have, in the order a report lists their counts.
 ACTIONS = ("create", "update", "unchanged", "remove", "conflict", "refuse")
@@ -45,6 +48,10 @@ ACTIONS = ("create", "update", "unchanged", "remove", "conflict", "refuse")
 TaskCheck = Callable[[str, list[Any], dict[str, Any]], "str | None"]
 
 _TIMER = ("timer", "kind", "tz")
+
+#: The pseudo-field of a change that moves a task's last fire forward (not a field of
+#: :mod:`celery_cronstore.fields`: only an import writes it).
+LAST_FIRE = "last_fire"
 
 
 @dataclass(frozen=True)
@@ -192,6 +199,11 @@ def _one(
         created = {k: (None, v) for k, v in values.items()}
         return Change("create", read.name, read.origin, created, incoming=checked)
     differ = {k: (old, v) for k, v in values.items() if (old := _stored(stored, k)) != v}
+    ran = read.last_run_at
+    if ran is not None and (stored.last_fire is None or ran > stored.last_fire):
+        # The old scheduler ran it since it was imported (it was still running): carry
+        # its last run over, so that this fire is not sent again here.
+        differ[LAST_FIRE] = (stored.last_fire, ran)
     if differ:
         return Change("update", read.name, read.origin, differ, incoming=checked)
     return Change("unchanged", read.name, read.origin, incoming=checked)
@@ -248,5 +260,5 @@ def _stored(task: PeriodicTask, name: str) -> Any:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    text = value.isoformat() if isinstance(value, datetime) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

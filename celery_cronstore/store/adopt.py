@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -115,9 +116,28 @@ def _create(conn: sa.Connection, change: Change, source: str, now: Any) -> None:
 
 
 def _update(update_in: UpdateIn, conn: sa.Connection, change: Change) -> None:
+    from celery_cronstore.adopt.plan import LAST_FIRE
+
     incoming = change.incoming
     assert incoming is not None
-    changed = {k: incoming.values[k] for k in change.fields}
+    changed = {k: incoming.values[k] for k in change.fields if k != LAST_FIRE}
+    if LAST_FIRE in change.fields:
+        _move_last_fire(conn, change.name, change.fields[LAST_FIRE][1])
+    if not changed:
+        return
     if set(_TIMER) & set(changed):  # a timer is checked as a whole
         changed.update({k: incoming.values[k] for k in _TIMER if k in incoming.values})
     update_in(conn, change.name, **changed)
+
+
+def _move_last_fire(conn: sa.Connection, name: str, ran: datetime) -> None:
+    """Record the old scheduler's newer run as the task's last fire; a ``next_run`` at or
+    before it moves to the timer's next fire after it (that one was sent by the old one)."""
+    row = conn.execute(
+        sa.select(_PT.id, _PT.next_run, _PT.timer, _PT.timer_kind, _PT.tz).where(_PT.name == name)
+    ).one()
+    values: dict[str, Any] = {"last_fire": ran, "version": _PT.version + 1}
+    if row.next_run is not None and row.next_run <= ran:
+        timer = parse_timer(row.timer, kind=row.timer_kind, tz=row.tz)
+        values["next_run"] = timer.next_after(ran)
+    conn.execute(sa.update(periodic_task).where(_PT.id == row.id).values(**values))

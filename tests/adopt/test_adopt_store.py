@@ -85,3 +85,19 @@ def test_prune_disables_then_removes_with_the_ledger(store: Store) -> None:
     plan, done = adopt(store, [incoming("keep")], prune=True)
     assert done.removed == ("gone",)
     assert sorted(t.name for t in store.list()) == ["keep", "mine"]
+
+
+def test_a_rerun_carries_over_a_run_the_old_scheduler_made_since(store: Store) -> None:
+    """Imported while the old beat still ran: the rerun after it stopped moves the last
+    fire forward, and the fire the old one sent is not planned here again."""
+    adopt(store, [incoming("hourly", last_run_at=T0 - timedelta(hours=2))])
+    assert store.get("hourly").next_run == T0 - timedelta(hours=1)  # due: caught up
+    plan, done = adopt(store, [incoming("hourly", last_run_at=T0 - timedelta(seconds=3595))])
+    (change,) = plan.changes
+    assert change.action == "update" and list(change.fields) == ["last_fire"]
+    assert done.updated == ("hourly",)
+    task = store.get("hourly")
+    assert task.last_fire == T0 - timedelta(seconds=3595)
+    assert task.next_run == T0
+    again, _ = adopt(store, [incoming("hourly", last_run_at=T0 - timedelta(hours=2))])
+    assert again.counts()["unchanged"] == 1, "an older run never moves the last fire back"

@@ -34,6 +34,12 @@ app.conf.update(
     cronstore_metrics_port=int(os.environ.get("E2E_METRICS_PORT", "0")) or None,
 )
 
+if os.environ.get("E2E_REDBEAT_URL"):  # a switch from RedBeat (tests/e2e/test_switch.py)
+    app.conf.redbeat_redis_url = os.environ["E2E_REDBEAT_URL"]
+    app.conf.redbeat_key_prefix = os.environ.get("E2E_REDBEAT_PREFIX", "redbeat:")
+    app.conf.redbeat_lock_timeout = 5
+    app.conf.beat_max_loop_interval = 0.5
+
 
 @app.task(name="e2e.record", bind=True)
 def record(self, *args: object) -> None:  # type: ignore[no-untyped-def]
