@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from celery_cronstore.store.types import UTCDateTime
 
-__all__ = ["VERSION_TABLE", "beat", "fire", "metadata", "periodic_task"]
+__all__ = ["VERSION_TABLE", "alert", "audit", "beat", "fire", "metadata", "periodic_task"]
 
 #: Alembic version table of our own, so the host application's Alembic is untouched.
 VERSION_TABLE = "cronstore_alembic_version"
@@ -56,6 +56,8 @@ periodic_task = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
     # What becomes of a fire whose worker went silent: "leave" or "rerun" (migration 0006).
     sa.Column("abandon_policy", sa.String(16), nullable=False, server_default="leave"),
+    # The task's dead man's switch ("3 periods", "6h"; NULL: the default) (migration 0007).
+    sa.Column("alert_after", sa.String(32), nullable=True),
     sa.Index("ix_cronstore_periodic_task_due", "enabled", "next_run"),
     sa.Index("ix_cronstore_periodic_task_owner", "owner_type", "owner_id"),
     sa.Index("ix_cronstore_periodic_task_task", "task"),
@@ -89,6 +91,8 @@ fire = sa.Table(
     sa.Column("result", sa.Text, nullable=True),
     # Times the fire was published again after its worker went silent (migration 0006).
     sa.Column("reruns", sa.Integer, nullable=False, server_default="0"),
+    # A bad end's traceback for the failures view, bounded and scrubbed (migration 0007).
+    sa.Column("detail", sa.Text, nullable=True),
     sa.UniqueConstraint("periodic_task_id", "fire_time", name="uq_cronstore_fire_task_time"),
     sa.UniqueConstraint("task_id", name="uq_cronstore_fire_task_id"),
     sa.Index("ix_cronstore_fire_lease", "state", "lease_until"),
@@ -107,4 +111,49 @@ beat = sa.Table(
     sa.Column("stalled_since", UTCDateTime, nullable=True),
     # This beat's clock minus the database's (seconds) at its last heartbeat.
     sa.Column("clock_offset", sa.Float, nullable=True),
+)
+
+#: One alert episode of a task, from open to resolved, with its delivery (migration 0007).
+alert = sa.Table(
+    "cronstore_alert",
+    metadata,
+    sa.Column("id", _BigId, primary_key=True, autoincrement=True),
+    sa.Column(
+        "periodic_task_id",
+        _BigId,
+        sa.ForeignKey("cronstore_periodic_task.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    # "failing" (bad ends in a row) or "silent" (no success for alert_after).
+    sa.Column("kind", sa.String(16), nullable=False),
+    # "<task id>:<kind>" while open, NULL once resolved: one open episode per task and kind.
+    sa.Column("open_key", sa.String(64), nullable=True),
+    sa.Column("opened_at", UTCDateTime, nullable=False),
+    sa.Column("resolved_at", UTCDateTime, nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("sent_at", UTCDateTime, nullable=True),
+    sa.Column("resolve_sent_at", UTCDateTime, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("next_attempt_at", UTCDateTime, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.UniqueConstraint("open_key", name="uq_cronstore_alert_open"),
+    sa.Index("ix_cronstore_alert_task", "periodic_task_id", "opened_at"),
+    sa.Index("ix_cronstore_alert_due", "next_attempt_at"),
+)
+
+#: Who changed what, from which window, when (migration 0007).
+audit = sa.Table(
+    "cronstore_audit",
+    metadata,
+    sa.Column("id", _BigId, primary_key=True, autoincrement=True),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    # "cli", "web", "admin", "api", "import", "apply".
+    sa.Column("window", sa.String(16), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("task_name", sa.String(200), nullable=False),
+    sa.Column("detail", sa.Text, nullable=True),
+    sa.Index("ix_cronstore_audit_at", "at"),
+    sa.Index("ix_cronstore_audit_task", "task_name", "at"),
 )

@@ -91,6 +91,7 @@ class PeriodicTask(_ReadOnly):
     created_at = UTCDateTimeField("created")
     updated_at = UTCDateTimeField("updated")
     abandon_policy = models.CharField("abandon policy", max_length=16, default="leave")
+    alert_after = models.CharField("alert after", max_length=32, null=True, blank=True)
 
     #: The newest ledger state, set on the rows of an admin list page (the read model).
     last_state: str | None = None
@@ -141,6 +142,7 @@ class Fire(_ReadOnly):
     reason = models.TextField(null=True)
     result = models.TextField(null=True)
     reruns = models.IntegerField("re-runs", default=0)
+    detail = models.TextField(null=True)
 
     class Meta:
         managed = False
