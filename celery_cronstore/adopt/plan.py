@@ -22,7 +22,10 @@ Rules, the same for every source:
   may go) are **removed**.
 
 Only the fields an incoming task gives are compared: a field left out keeps its stored
-value (or, for a new task, its default).
+value (or, for a new task, its default). What a stored task already is is never a reason
+to refuse it: its timer is parsed again, and its task and arguments checked, only when
+they change (a rerun, or ``export | apply``, of a row beat put in error changes nothing;
+``cronstore check`` is what reports such rows).
 """
 
 from __future__ import annotations
@@ -233,7 +236,11 @@ def _checked(
     for key in ("task",):
         if key not in values and stored is None:
             raise ValueError(f"{key} is required: {table[key].wants}")
-    if "timer" in read.values or stored is None:
+    if stored is not None and _same_timer(read.values, stored):
+        # As stored: not parsed again (a stored timer beat cannot read is not a reason to
+        # refuse a rerun that does not touch it; ``cronstore check`` reports it).
+        values.update(timer=stored.timer, kind=stored.timer_kind, tz=stored.tz)
+    elif "timer" in read.values or stored is None:
         text = read.values.get("timer")
         if text is None:
             raise ValueError("timer is required: give a timer expression")
@@ -247,10 +254,24 @@ def _checked(
         task = values.get("task", stored.task if stored is not None else "")
         args = list(values.get("args", stored.args if stored is not None else []))
         kwargs = dict(values.get("kwargs", stored.kwargs if stored is not None else {}))
+        if stored is not None and (task, args, kwargs) == (stored.task, stored.args, stored.kwargs):
+            # What is stored already is not refused for being what it is: a rerun (or an
+            # ``export | apply``) of a task beat put in error changes nothing. ``cronstore
+            # check`` reports such rows.
+            return values
         problem = check_task(task, args, kwargs)
         if problem is not None:
             raise ValueError(problem)
     return values
+
+
+def _same_timer(given: Mapping[str, Any], stored: PeriodicTask) -> bool:
+    """Whether ``given`` names the stored timer exactly (its text, and kind and zone if given)."""
+    return (
+        given.get("timer") == stored.timer
+        and given.get("kind") in (None, stored.timer_kind)
+        and given.get("tz") in (None, stored.tz)
+    )
 
 
 def _stored(task: PeriodicTask, name: str) -> Any:

@@ -40,15 +40,18 @@ from celery_cronstore.store.peers import peer_warnings
 __all__ = ["import_", "report", "task_check"]
 
 
-def task_check(app: Any, *, force: bool) -> Callable[[str, list[Any], dict[str, Any]], str | None]:
+def task_check(
+    app: Any, *, force: bool, verb: str = "imports"
+) -> Callable[[str, list[Any], dict[str, Any]], str | None]:
     """Return the check an incoming task passes: beat would send it (unless ``force``) and
-    its args fit the task's signature (the app's :class:`TaskCatalog`, as ``add`` asks)."""
+    its args fit the task's signature (the app's :class:`TaskCatalog`, as ``add`` asks).
+    ``verb`` says what ``--force`` does in the message (``imports``, ``applies``)."""
     catalog = TaskCatalog(app, config=Config.from_app(app))
 
     def check(task: str, args: list[Any], kwargs: dict[str, Any]) -> str | None:
         refused = None if force else catalog.registered(task)
         if refused is not None:
-            return f"{refused} (--force imports it anyway; beat then puts it in error)"
+            return f"{refused} (--force {verb} it anyway; beat then puts it in error)"
         return catalog.call_problem(task, args, kwargs)
 
     return check
@@ -61,17 +64,29 @@ def report(
     *,
     as_json: bool,
     warnings: list[str] = [],  # noqa: B006  (read only)
+    unchanged: bool = True,
+    held: str | None = None,
 ) -> None:
     """Print ``plan`` (what was written, or with ``done`` None what would be) and exit 1 if
-    anything was refused."""
+    anything was refused.
+
+    ``unchanged=False`` leaves out the lines of unchanged tasks (``apply``: a file names
+    every task, only changes are news; the counts still say how many). ``held`` says why
+    nothing was written although this was no dry run (``apply`` writes a file whole or
+    not at all).
+    """
     verb = "would " if done is None else ""
     if as_json or get_settings(ctx).as_json:
         data = plan.as_json()
-        data["dry_run"] = done is None
+        data["dry_run"] = done is None and held is None
         data["warnings"] = warnings
+        if held is not None:
+            data["held"] = held
         click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
     else:
         for change in plan.changes:
+            if change.action == "unchanged" and not unchanged:
+                continue
             click.echo(change.line())
             if change.incoming is not None and change.action in ("create", "update"):
                 for note in change.incoming.notes:
@@ -82,7 +97,10 @@ def report(
         writes = len(plan.writes)
         if writes == 0 and not plan.refused:
             click.echo("no changes")
-        click.echo(f"{verb}write {writes} task(s): {counts or 'nothing read'}")
+        if held is not None:
+            click.echo(f"wrote nothing ({counts or 'nothing read'}): {held}")
+        else:
+            click.echo(f"{verb}write {writes} task(s): {counts or 'nothing read'}")
     if plan.refused:
         ctx.exit(EXIT_FAILED)
 

@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from celery_cronstore import policy
 from celery_cronstore.errors import DuplicateTaskError
-from celery_cronstore.store import removal
+from celery_cronstore.store import audit, removal
 from celery_cronstore.store.retention import REMOVE_BATCH
 from celery_cronstore.store.rows import check_values, owner_values, timer_values
 from celery_cronstore.store.schema import periodic_task
@@ -50,11 +50,14 @@ class Adopted:
     removed: tuple[str, ...]
 
 
-def carry_out(db: Database, update_in: UpdateIn, plan: Plan, *, source: str) -> Adopted:
+def carry_out(
+    db: Database, update_in: UpdateIn, plan: Plan, *, source: str, actor: audit.Actor = audit.API
+) -> Adopted:
     """Write ``plan``'s creates, updates and removals; return the names written.
 
     ``update_in`` is :meth:`Store.update_in <celery_cronstore.store.Store.update_in>`: an
-    update goes through the same checks and re-planning as every other edit.
+    update goes through the same checks and re-planning as every other edit (and records
+    itself). Creates and removals are recorded as ``actor``'s in the same transaction.
     """
     created: list[str] = []
     updated: list[str] = []
@@ -76,6 +79,13 @@ def carry_out(db: Database, update_in: UpdateIn, plan: Plan, *, source: str) -> 
                 .where(_PT.name.in_(removed))
                 .values(enabled=False, next_run=None, updated_at=now, version=_PT.version + 1)
             )
+        audit.record_many(
+            conn,
+            actor,
+            [*(("add", n) for n in created), *(("remove", n) for n in removed)],
+            at=now,
+            detail=f"from {source}",
+        )
     if removed:
         removal.remove_tasks(db, (_PT.name.in_(removed),), batch=REMOVE_BATCH)
     return Adopted(tuple(created), tuple(updated), tuple(removed))
