@@ -11,11 +11,30 @@ from celery_cronstore.errors import CronstoreError
 from celery_cronstore.records import Claim
 from celery_cronstore.store import Claimer, Store
 
-__all__ = ["run_now"]
+__all__ = ["DisabledTaskError", "disabled_refusal", "run_now"]
+
+
+class DisabledTaskError(CronstoreError, ValueError):
+    """ "Run now" was asked of a disabled task: refused before anything is claimed."""
+
+
+def disabled_refusal(name: str) -> str:
+    """Return why ``name``, disabled, is not run now, and what to do instead."""
+    return (
+        f"periodic task {name!r} is disabled: enable it first (its fires are dropped while "
+        "it is disabled), then run it now; or call its Celery task directly, outside the "
+        "schedule and its ledger"
+    )
 
 
 def run_now(app: Any, store: Store, name: str, *, node: str) -> Claim:
     """Claim and publish one extra fire of periodic task ``name`` now; return its claim.
+
+    A disabled task is refused (:class:`DisabledTaskError`) before anything is claimed:
+    the worker's guard drops every fire of a disabled task, a CronTask's and a watched
+    plain task's alike, so claiming one would say "sent" for a fire that never runs.
+    Letting run-now pass the guard instead would make "disabled" mean "unless someone
+    clicks": the flag an operator sets during an incident must hold from every window.
 
     The claim writes the ledger row (its own task id; the database refuses a second claim
     of the same fire), then the message is published and the row marked published. A
@@ -26,6 +45,10 @@ def run_now(app: Any, store: Store, name: str, *, node: str) -> Claim:
     """
     from celery_cronstore.beat.publish import publish
 
+    if not store.get(name).enabled:
+        # Read first, claimed after: a disable landing in between still gets the fire
+        # dropped by the worker's guard (and recorded so), never run.
+        raise DisabledTaskError(disabled_refusal(name))
     config = Config.from_app(app)
     claimer = Claimer(
         store,

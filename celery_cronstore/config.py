@@ -109,7 +109,16 @@ class Config:
         default=0,
         metadata={
             "help": "Serve beat's Prometheus metrics on this port (``/metrics``, on"
-            " ``cronstore_metrics_address``; needs the ``metrics`` extra). Unset: off."
+            " ``cronstore_metrics_address``; needs the ``metrics`` extra). ``0`` or unset:"
+            " off."
+        },
+    )
+    metrics_max_tasks: int = field(
+        default=500,
+        metadata={
+            "help": "Most periodic tasks with ``/metrics`` series of their own (per-task health"
+            " and outcome counts on the dashboard, per-task fire counters in beat); the rest"
+            ' are summed under the label ``task=""``, so a million tasks cost one series.'
         },
     )
     metrics_address: str = field(
@@ -170,6 +179,55 @@ class Config:
         },
     )
 
+    alert_failures: int = field(
+        default=3,
+        metadata={
+            "help": "Alerts: a task whose fires end badly (failed, timed out, abandoned, lost,"
+            " dropped, expired, missed) this many times in a row opens a ``failing`` episode"
+            " (docs/alerts.md). ``1``: the first bad end does."
+        },
+    )
+    alert_after: str | None = field(
+        default=None,
+        metadata={
+            "help": "Alerts: the dead man's switch of tasks without their own ``alert_after``:"
+            " ``N periods`` of the task's timer (``3 periods``) or a duration (``6h``) with no"
+            " success opens a ``silent`` episode. Unset: no switch but the tasks' own."
+        },
+    )
+    alert_webhook: str = field(
+        default="",
+        repr=False,  # such URLs often carry a token
+        metadata={
+            "help": "Alerts: beat POSTs each episode's open and resolve to this URL as JSON"
+            " (retried with back-off until it answers 2xx). Unset: episodes are only listed"
+            " (``cronstore alerts``)."
+        },
+    )
+    alert_secret: str = field(
+        default="",
+        repr=False,
+        metadata={
+            "help": "Alerts: key of the ``X-Cronstore-Signature`` header, an HMAC-SHA256 of the"
+            " webhook's body (``sha256=<hex>``). Unset: deliveries are not signed."
+        },
+    )
+    alert_timeout: float = field(
+        default=5.0,
+        metadata={
+            "help": "Alerts: seconds the webhook may take to answer; slower counts as failed"
+            " and is tried again."
+        },
+    )
+    alert_interval: float = field(
+        default=10.0,
+        metadata={
+            "help": "Alerts: seconds between two looks at every task's fires (on a thread of"
+            " beat's own: one read of all tasks), and between Sentry check-ins. ``0``: beat"
+            " neither evaluates nor delivers alerts."
+        },
+    )
+
     @classmethod
     def from_app(cls, app: Any) -> Config:
         """Read the ``cronstore_*`` keys of ``app.conf``; raise ``ValueError`` naming a bad one."""
@@ -181,7 +239,10 @@ class Config:
             if value is None:
                 continue
             want = type(getattr(cls(), name)) if default.default_factory is not None else None
-            values[name] = _coerce(key, value, want or type(default.default))
+            want = want or type(default.default)
+            # A setting whose default is None (unset) takes text.
+            values[name] = _coerce(key, value, str if want is type(None) else want)
+        _check_alerts(values)
         return cls(**values)
 
     @property
@@ -199,9 +260,35 @@ class Config:
         return self.url.startswith("sqlite")
 
 
+def _check_alerts(values: dict[str, Any]) -> None:
+    """Refuse an alert setting beat could not use, naming it (at start, not at the first
+    alert)."""
+    after = values.get("alert_after")
+    if after is not None:
+        from celery_cronstore.policy.alerts import parse_alert_after
+
+        try:
+            parse_alert_after(after)
+        except ValueError as exc:
+            raise ValueError(f"cronstore_{exc}") from None
+    hook = values.get("alert_webhook", "")
+    if hook and not hook.lower().startswith(("http://", "https://")):
+        raise ValueError(
+            "cronstore_alert_webhook must be an http:// or https:// URL, got "
+            f"{hook.split(':', 1)[0]!r} (a URL's scheme)"
+        )
+
+
 #: Number settings for which zero means something (no slack; keep history forever; claim
-#: when due).
-_ZERO_ALLOWED = ("cronstore_tolerance", "cronstore_history_days", "cronstore_claim_ahead")
+#: when due; no alerts).
+_ZERO_ALLOWED = (
+    "cronstore_tolerance",
+    "cronstore_history_days",
+    "cronstore_claim_ahead",
+    "cronstore_alert_interval",
+)
+#: Whole-number settings for which zero means "off", and their upper bound.
+_INT_ZERO_OFF = {"cronstore_metrics_port": 65535}
 
 
 def _coerce(key: str, value: Any, want: type) -> Any:
@@ -210,6 +297,11 @@ def _coerce(key: str, value: Any, want: type) -> Any:
             want_text = "zero or more" if key in _ZERO_ALLOWED else "positive"
             raise ValueError(f"{key} must be {want_text}, got {value!r}")
         return float(value)
+    if want is int and key in _INT_ZERO_OFF:
+        top = _INT_ZERO_OFF[key]
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= top:
+            return value
+        raise ValueError(f"{key} must be a whole number from 0 (off) to {top}, got {value!r}")
     if want is int and isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     if want is bool and isinstance(value, bool):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from dataclasses import field as _attribute
 from typing import Any
 
+from celery_cronstore.policy.alerts import parse_alert_after
 from celery_cronstore.policy.messages import option_problems
 from celery_cronstore.records import ABANDON_POLICIES, MISFIRE_POLICIES, OVERLAP_POLICIES
 from celery_cronstore.timers import KINDS
@@ -311,6 +312,14 @@ def _owner(value: Any) -> str | None:
     return None
 
 
+def _alert_after(value: Any) -> str | None:
+    try:
+        parse_alert_after(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 _SECONDS = "a non-negative number of seconds"
 
 #: The editable fields, in the order forms show them. Read it through :func:`table`.
@@ -352,6 +361,10 @@ FIELDS: list[Field] = [
           "cronstore_tolerance).", optional=True, minimum=0, wants=_SECONDS),
     Field("max_retries", int, 0, "CronTask: Celery retries of one fire.", minimum=0,
           wants="a non-negative integer"),
+    Field("alert_after", str, None, "Dead man's switch: alert when no fire succeeded for N "
+          "periods ('3 periods') or a duration ('6h', '1h30m'); blank: "
+          "cronstore_alert_after.", label="Alert after", optional=True, max_chars=32,
+          wants="a number of periods ('3 periods') or a duration ('6h')", extra=_alert_after),
     Field("owner", tuple, None, "Owner as TYPE:ID (its removal removes the task).",
           optional=True, group="owner", entry=False, extra=_owner),
 ]  # fmt: skip

@@ -75,6 +75,8 @@ class PeriodicTask:
     updated_at: datetime
     #: What becomes of a fire whose worker went silent (:data:`ABANDON_POLICIES`).
     abandon_policy: str = "leave"
+    #: Its dead man's switch (``"3 periods"``, ``"6h"``; ``None``: ``cronstore_alert_after``).
+    alert_after: str | None = None
 
     @property
     def owner(self) -> tuple[str, str] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from enum import Enum
 
 __all__ = [
+    "BAD_ENDS",
     "BEAT_OUTCOMES",
     "FINISH_STATES",
     "FIRE_STATES",
@@ -102,6 +103,19 @@ REFUSALS = (FireState.DROPPED, FireState.SKIPPED, FireState.EXPIRED)
 
 #: The problem states shown to operators: the fire did not run and someone should look.
 PROBLEM_STATES = (FireState.MISSED, FireState.EXPIRED, FireState.DROPPED)
+
+#: A fire that ended badly: it ran and failed, or never ran though it should have. Per-task
+#: health counts these in a row since the task's newest ``succeeded`` fire; ``skipped``
+#: (the overlap policy held it back on purpose) and the states in flight are neither.
+BAD_ENDS = (
+    FireState.FAILED,
+    FireState.TIMED_OUT,
+    FireState.ABANDONED,
+    FireState.LOST,
+    FireState.DROPPED,
+    FireState.EXPIRED,
+    FireState.MISSED,
+)
 
 #: The fire did not run (drawn on the lateness chart's bottom line, no lateness).
 NOT_RUN = frozenset({FireState.MISSED, FireState.EXPIRED, FireState.DROPPED, FireState.SKIPPED})

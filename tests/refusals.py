@@ -64,6 +64,12 @@ REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
         "overlap_policy must be one of ('allow', 'skip'), got 'never'",
     ),
     ("unknown option", {"options": {"bogus": 1}}, "options", "unknown Celery option(s) bogus"),
+    (
+        "bad alert_after",
+        {"alert_after": "5x"},
+        "alert_after",
+        "alert_after '5x': unknown unit 'x' in '5x': use w, d, h, m or s",
+    ),
 ]
 
 

@@ -10,7 +10,9 @@ transaction (:meth:`celery_cronstore.store.Store.adopt`); a dry run prints it.
 Rules, the same for every source:
 
 * a name not stored is **created**; a stored one of the same source (or any source, for
-  ``apply``, which manages every task it names) is **updated** field by field, or
+  ``apply``, which manages every task it names) is **updated** field by field (an import
+  leaves alone what is scheduling state, not definition: ``enabled`` after the first
+  import, an interval's origin, see :func:`_keep_scheduling_state`), or
   **unchanged**: a rerun changes nothing and fires nothing twice. A rerun whose source
   ran the task since (the old scheduler was still running) moves its ``last_fire``
   forward to that run, so that the fire is not sent here again;
@@ -202,6 +204,8 @@ def _one(
         created = {k: (None, v) for k, v in values.items()}
         return Change("create", read.name, read.origin, created, incoming=checked)
     differ = {k: (old, v) for k, v in values.items() if (old := _stored(stored, k)) != v}
+    if not manage_all:
+        _keep_scheduling_state(stored, values, differ)
     ran = read.last_run_at
     if ran is not None and (stored.last_fire is None or ran > stored.last_fire):
         # The old scheduler ran it since it was imported (it was still running): carry
@@ -210,6 +214,27 @@ def _one(
     if differ:
         return Change("update", read.name, read.origin, differ, incoming=checked)
     return Change("unchanged", read.name, read.origin, incoming=checked)
+
+
+def _keep_scheduling_state(
+    stored: PeriodicTask, values: Mapping[str, Any], differ: dict[str, Any]
+) -> None:
+    """Drop from an import's update what the old scheduler's state, not its definition,
+    changed since the first import.
+
+    * ``enabled`` is taken once, at the first import: disabling the task in the old
+      scheduler afterwards is how it is handed over (:mod:`celery_cronstore.store.peers`),
+      and must not switch it off here (django-celery-beat also clears ``last_run_at``
+      then). From then on it is switched on and off here.
+    * an interval's origin follows the old scheduler's last run: the same period with
+      another origin is the same task, still on the grid it came over with.
+    """
+    differ.pop("enabled", None)
+    period = str(values.get("timer", "")).split(" from ")[0]
+    same_grid = stored.timer_kind == "interval" == values.get("kind")
+    if "timer" in differ and same_grid and stored.timer.split(" from ")[0] == period:
+        for key in ("timer", "kind", "tz"):
+            differ.pop(key, None)
 
 
 def _checked(

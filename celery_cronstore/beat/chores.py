@@ -6,7 +6,9 @@ fires that never started handed back, lapsed claims taken over, old history prun
 small batches (the rest of a pass beat has no room for goes on in
 :mod:`celery_cronstore.beat.threads`'s thread), and on PostgreSQL a look now and then
 (``policy.vacuum.LOOK_EVERY``) whether the hot tables need a vacuum autovacuum has not
-done (also on a thread). :func:`warn_shared_sqlite` is its one look at start.
+done (also on a thread), and now and then a pass of the alerts
+(:mod:`celery_cronstore.beat.alerts`, a thread again). :func:`warn_shared_sqlite` is its
+one look at start.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import time
 from datetime import datetime, timezone
 
+from celery_cronstore.beat.alerts import AlertRunner
 from celery_cronstore.beat.held import lately
 from celery_cronstore.beat.send import Sender
 from celery_cronstore.beat.threads import Finisher, Vacuumer
@@ -65,6 +68,8 @@ class Chores:
         #: The rest of a prune pass, and (PostgreSQL) beat's own vacuum: their threads.
         self.finisher: Finisher | None = None
         self.vacuumer: Vacuumer | None = None
+        #: Alert episodes judged and delivered on a thread of their own (docs/alerts.md).
+        self.alerts = AlertRunner(config, claimer.db, sender.scrub)
 
     def due(self, held_wait: float) -> bool:
         """Return whether the chores run now: they are due, and no held fire (due in
@@ -95,6 +100,7 @@ class Chores:
             self.finisher.stop()
         if self.vacuumer is not None:
             self.vacuumer.wait(5.0)  # a VACUUM cannot be stopped half-way: let it end
+        self.alerts.close()
 
     def _run(self, stalled_since: datetime | None) -> bool:
         claimer = self.claimer
@@ -121,6 +127,7 @@ class Chores:
         reclaimed = claimer.reclaim_expired() if chores.expired or unstarted or abandoned else []
         self.next_due = time.monotonic() + HEARTBEAT_EVERY
         self._prune(chores)
+        self.alerts.look(time.monotonic())
         if claimer.db.dialect.name == "postgresql" and claimer.db.threads:
             if self.vacuumer is None:
                 self.vacuumer = Vacuumer(claimer.db, self.sender.scrub)

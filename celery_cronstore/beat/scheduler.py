@@ -36,6 +36,7 @@ from celery_cronstore.errors import SchemaVersionError, StoreError, StoreUnavail
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.engine import DATABASE_ERRORS, redact
 from celery_cronstore.store.listen import Listener
+from celery_cronstore.store.migrate import app_argument
 from celery_cronstore.store.sweep import LOGGED, replan_strays
 
 __all__ = ["Scheduler"]
@@ -159,7 +160,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         options = {
             "pool_pre_ping": False,
             "session_timeout": self.config.lease / 2,
-            "app_name": self.app.main,
+            # The migrate hint names what -A was given (the app's own name may not import).
+            "app_name": app_argument(),
             **self.config.engine_options,
         }
         try:
@@ -203,6 +205,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
                 self.config.metrics_port,
                 per_task=self.config.metrics_per_task,
                 address=self.config.metrics_address,
+                max_tasks=self.config.metrics_max_tasks,
             )
         logger.info("beat: cronstore %s ready as %s", self._url, self.node)
         _freeze_heap()

@@ -118,8 +118,9 @@ def report(
     "location",
     help="Where its data is: a database URL (django-celery-beat, sqlalchemy-celery-beat), "
     "a Redis URL (redbeat), a module:attribute or a celerybeat-schedule file "
-    "(beat-schedule). django-celery-beat without --url reads through the Django ORM; "
-    "beat-schedule without it reads the app's beat_schedule.",
+    "(beat-schedule). Without --url: django-celery-beat reads through the Django ORM, "
+    "redbeat the app's redbeat_redis_url (else broker_url), beat-schedule the app's "
+    "beat_schedule.",
 )
 @click.option("--key-prefix", help="RedBeat's key prefix (default: the app's, else redbeat:).")
 @click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")

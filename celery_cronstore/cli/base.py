@@ -11,7 +11,9 @@ one ``Error: ...`` line (with every password scrubbed) and an exit status:
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
@@ -45,9 +47,11 @@ __all__ = [
     "get_app",
     "get_settings",
     "get_store",
+    "os_user",
     "scrub",
     "table",
     "to_json",
+    "zone_name",
 ]
 
 EXIT_FAILED = 1
@@ -106,13 +110,24 @@ def app_argument(ctx: click.Context) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def os_user() -> str:
+    """Return who runs this command (``getpass.getuser()``; ``uid <n>`` when the user has
+    no name, as in a container started with an arbitrary uid)."""
+    try:
+        return getpass.getuser() or f"uid {os.getuid()}"
+    except (OSError, KeyError, ImportError):
+        return f"uid {os.getuid()}" if hasattr(os, "getuid") else "unknown"
+
+
 def get_store(ctx: click.Context, *, check: bool = True) -> Store:
     """Open the app's store once per invocation (checking its schema unless told not to)."""
     settings = get_settings(ctx)
     if settings.store is None:
         app = get_app(ctx)
         settings.secrets = app_passwords(app)
-        settings.store = Store.from_app(app, app_name=app_argument(ctx) or app.main)
+        store = Store.from_app(app, app_name=app_argument(ctx))
+        # Every write of a command is recorded as the OS user's, from the "cli" window.
+        settings.store = store.acting(os_user(), "cli")
         ctx.call_on_close(settings.store.close)
         if check:
             settings.store.check_schema()
@@ -193,6 +208,11 @@ def fmt_time(instant: datetime | None, zone: tzinfo | None = None) -> str:
         return format_instant(instant)
     local = instant.astimezone(zone)
     return local.isoformat(timespec="seconds" if local.microsecond == 0 else "microseconds")
+
+
+def zone_name(zone: tzinfo | None) -> str:
+    """Return the name of the display zone ``zone`` (``None``: UTC), for column headers."""
+    return "UTC" if zone is None else str(getattr(zone, "key", None) or zone)
 
 
 def to_json(value: Any) -> Any:

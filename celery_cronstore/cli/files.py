@@ -217,5 +217,5 @@ def apply(
             f"{len(plan.refused)} entry(ies) refused or in conflict, and apply writes a file "
             "whole or not at all: fix them (see above) and apply again"
         )
-    done = None if dry_run or held else store.adopt(plan, source=FILE_SOURCE)
+    done = None if dry_run or held else store.adopt(plan, source=FILE_SOURCE, window="apply")
     report(ctx, plan, done, as_json=as_json, unchanged=False, held=held)

@@ -20,6 +20,7 @@ from celery_cronstore.cli.base import (
     get_settings,
     get_store,
     table,
+    zone_name,
 )
 from celery_cronstore.cli.group import cronstore
 from celery_cronstore.config import Config
@@ -130,7 +131,9 @@ def history(ctx: click.Context, name: str, count: int) -> None:
         )
         for f in fires
     ]
-    table(("fire time", "state", "task id", "node", "finished", "reason"), rows)
+    shown = zone_name(zone)
+    headers = (f"fire time ({shown})", "state", "task id", "node", f"finished ({shown})", "reason")
+    table(headers, rows)
 
 
 @cronstore.command(name="run-now", cls=Command)

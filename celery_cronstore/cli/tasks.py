@@ -18,13 +18,19 @@ from celery_cronstore.cli.base import (
     Command,
     emit_json,
     fmt_time,
+    get_app,
     get_settings,
     get_store,
     table,
     to_json,
+    zone_name,
 )
 from celery_cronstore.cli.group import cronstore
+from celery_cronstore.config import Config
+from celery_cronstore.policy.outcomes import TaskHealth, health
 from celery_cronstore.store import PeriodicTask
+from celery_cronstore.store.outcomes import look_health
+from celery_cronstore.timers import shown_zone
 
 __all__ = [
     "add",
@@ -155,29 +161,69 @@ def _changes(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _timer_text(task: PeriodicTask) -> str:
-    if task.tz == "UTC" or task.timer.endswith(f" {task.tz}"):  # a zone the timer names
+    zone = shown_zone(task.timer_kind, task.tz)  # None: no effect on it (an interval)
+    if zone is None or zone == "UTC" or task.timer.endswith(f" {zone}"):  # or it names it
         return task.timer
-    return f"{task.timer} ({task.tz})"
+    return f"{task.timer} ({zone})"
+
+
+def _health(ctx: click.Context, ids: list[int]) -> dict[int, tuple[str | None, TaskHealth]]:
+    """Return each task's newest state and health (one statement per 500 tasks)."""
+    grace = Config.from_app(get_app(ctx)).misfire_grace
+    now, found = look_health(get_store(ctx).db, ids)
+    return {i: (f.newest_state, health(f.facts, now, grace=grace)) for i, f in found.items()}
+
+
+def _health_json(h: TaskHealth) -> dict[str, Any]:
+    return {
+        "consecutive_failures": h.consecutive_failures,
+        "failures_at_least": h.at_least,
+        "failing": h.failing,
+        "last_success": to_json(h.last_success),
+        "late_by": h.late_by,
+        "overdue": h.overdue,
+    }
+
+
+def _late_text(h: TaskHealth) -> str:
+    if h.late_by is None:
+        return "-"
+    return f"{h.late_by:.1f}s" + (" (next run not claimed)" if h.overdue else "")
 
 
 @cronstore.command(name="list", cls=Command)
 @click.option("--owner", type=OWNER, help="Only tasks of this owner (TYPE:ID).")
 @click.option("--enabled/--disabled", "enabled", default=None, help="Only enabled/disabled.")
 @click.option("--task", help="Only tasks sending this Celery task.")
+@click.option(
+    "--failing/--not-failing",
+    "failing",
+    default=None,
+    help="Only tasks whose newest finished fire ended badly (or only the others).",
+)
 @click.pass_context
 def list_(
-    ctx: click.Context, owner: tuple[str, str] | None, enabled: bool | None, task: str | None
+    ctx: click.Context,
+    owner: tuple[str, str] | None,
+    enabled: bool | None,
+    task: str | None,
+    failing: bool | None,
 ) -> None:
-    """List periodic tasks: name, timer, next run, last run, last state."""
+    """List periodic tasks: name, timer, next run, last run, last state, failures in a
+    row, last success, late by."""
     store = get_store(ctx)
     settings = get_settings(ctx)
     tasks = store.list(owner=owner, enabled=enabled, task=task)
-    states = {}
-    for record in tasks:
-        newest = store.history(record.name, limit=1)
-        states[record.name] = newest[0].state if newest else None
+    healths = _health(ctx, [t.id for t in tasks])
+    if failing is not None:
+        tasks = [t for t in tasks if t.id in healths and healths[t.id][1].failing == failing]
     if settings.as_json:
-        emit_json([{**to_json(t), "last_state": states[t.name]} for t in tasks])
+        emit_json(
+            [
+                {**to_json(t), "last_state": healths[t.id][0], **_health_json(healths[t.id][1])}
+                for t in tasks
+            ]
+        )
         return
     if not tasks:
         click.echo("(no periodic tasks)")
@@ -185,9 +231,15 @@ def list_(
     rows = []
     for t in tasks:
         next_run = fmt_time(t.next_run, settings.zone) if t.enabled else "disabled"
-        state = "error" if t.error else states[t.name] or "-"
-        rows.append((t.name, _timer_text(t), next_run, fmt_time(t.last_run, settings.zone), state))
-    table(("name", "timer", "next run", "last run", "last state"), rows)
+        newest, h = healths[t.id]
+        state = "error" if t.error else newest or "-"
+        last_run = fmt_time(t.last_run, settings.zone)
+        success = fmt_time(h.last_success, settings.zone)
+        health_cells = (h.failures_text, success, _late_text(h))
+        rows.append((t.name, _timer_text(t), next_run, last_run, state, *health_cells))
+    zone = zone_name(settings.zone)
+    headers = ("name", "timer", f"next run ({zone})", f"last run ({zone})", "last state")
+    table((*headers, "failures", f"last success ({zone})", "late by"), rows)
 
 
 _SHOW_FIELDS = [f.name for f in dataclasses.fields(PeriodicTask) if f.name != "id"]
@@ -197,13 +249,14 @@ _SHOW_FIELDS = [f.name for f in dataclasses.fields(PeriodicTask) if f.name != "i
 @click.argument("name")
 @click.pass_context
 def show(ctx: click.Context, name: str) -> None:
-    """Show every field of one periodic task and its last outcome."""
+    """Show every field of one periodic task, its last outcome and its health."""
     store = get_store(ctx)
     settings = get_settings(ctx)
     record = store.get(name)
     status = store.status(name)
+    h = _health(ctx, [record.id])[record.id][1]
     if settings.as_json:
-        emit_json({**to_json(record), "status": to_json(status)})
+        emit_json({**to_json(record), "status": to_json(status), "health": _health_json(h)})
         return
     for key in _SHOW_FIELDS:
         value = getattr(record, key)
@@ -211,6 +264,8 @@ def show(ctx: click.Context, name: str) -> None:
             text = fmt_time(value, settings.zone)
         elif isinstance(value, (list, dict)):
             text = json.dumps(value, ensure_ascii=False)
+        elif key == "tz" and shown_zone(record.timer_kind, record.tz) is None:
+            text = "- (no effect on an interval)"
         else:
             text = "-" if value is None or value == "" else str(value)
         click.echo(f"{key + ':':<17}{text}")
@@ -221,6 +276,9 @@ def show(ctx: click.Context, name: str) -> None:
         click.echo(f"{'last node:':<17}{status.node or '-'}")
         if status.reason:
             click.echo(f"{'last reason:':<17}{status.reason}")
+    click.echo(f"{'last success:':<17}{fmt_time(h.last_success, settings.zone)}")
+    click.echo(f"{'failures in row:':<17}{h.failures_text}")
+    click.echo(f"{'late by:':<17}{_late_text(h)}")
 
 
 @cronstore.command(cls=DefinitionCommand)

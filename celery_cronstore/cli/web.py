@@ -1,4 +1,10 @@
-"""``celery -A app cronstore web``: serve the dashboard (the ``web`` extra, docs/web.md)."""
+"""``celery -A app cronstore web``: serve the dashboard (the ``web`` extra, docs/web.md).
+
+It runs Werkzeug's development server, which says so itself ("Do not use it in a
+production deployment"): one process, enough for a few operators on a trusted network.
+The help and the start line say so and name the production way,
+``celery_cronstore.web.wsgi:application`` under gunicorn or waitress.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +19,13 @@ from celery_cronstore.cli.base import (
     BadInputError,
     Command,
     CommandError,
+    app_argument,
     get_app,
     get_settings,
     get_store,
 )
 from celery_cronstore.cli.group import cronstore
+from celery_cronstore.store.migrate import UNKNOWN_APP
 
 __all__ = ["web"]
 
@@ -44,7 +52,8 @@ def is_loopback(host: str) -> bool:
 @click.option(
     "--users",
     envvar="CRONSTORE_WEB_USERS",
-    help="Basic-auth users as user:password[,user:password]. Prefer CRONSTORE_WEB_USERS.",
+    help="Basic-auth users as user:password[:role][,...], role operator (default) or "
+    "viewer (sees everything, changes nothing). Prefer CRONSTORE_WEB_USERS.",
 )
 @click.option(
     "--allowed-hosts",
@@ -68,6 +77,10 @@ def web(
 ) -> None:
     """Serve the web dashboard: tasks, history, problems; edits with a login.
 
+    This is Werkzeug's development server (one process). In production serve
+    celery_cronstore.web.wsgi:application with gunicorn or waitress instead, e.g.
+    CRONSTORE_APP=proj gunicorn -w 2 celery_cronstore.web.wsgi:application (docs/web.md).
+
     Bound to 127.0.0.1 by default. Any other address needs a token or users. On
     127.0.0.1 without either (and without --read-only) a one-time token is printed.
     Pages are served only to the Host names localhost, the --host address and
@@ -77,14 +90,14 @@ def web(
         from werkzeug.serving import run_simple
 
         from celery_cronstore.web import allowed_hosts_of, create_app
-        from celery_cronstore.web.auth import parse_users
+        from celery_cronstore.web.auth import parse_accounts
         from celery_cronstore.web.guard import parse_hosts
     except ImportError as exc:
         raise BadInputError(
             f"the dashboard needs the web extra: pip install 'celery-cronstore[web]' ({exc})"
         ) from None
     try:
-        user_map = parse_users(users or "")
+        user_map, roles = parse_accounts(users or "")
     except ValueError as exc:
         raise BadInputError(f"--users: {exc}") from None
     app = get_app(ctx)
@@ -103,6 +116,7 @@ def web(
             store,
             token=token,
             users=user_map,
+            roles=roles,
             read_only=read_only,
             celery_app=app,
             secrets=get_settings(ctx).secrets,
@@ -116,6 +130,13 @@ def web(
     names = ", ".join(dashboard.hosts.allowed)
     where = f"http://{_url_host(host)}:{port}/"
     click.echo(f"cronstore dashboard on {where} ({mode}; Host names: {names}); store {store.url}")
+    click.echo(
+        "this is Werkzeug's development server; in production serve "
+        f"celery_cronstore.web.wsgi:application with gunicorn or waitress "
+        f"(CRONSTORE_APP={_app_hint(ctx)} gunicorn -w 2 -b {_url_host(host)}:{port} "
+        "celery_cronstore.web.wsgi:application; see docs/web.md)",
+        err=True,
+    )
     if check:
         return
     try:
@@ -132,6 +153,10 @@ def _host_names(text: str, parse: Any) -> list[str]:
                 f"--allowed-hosts: {name[:80]!r} is not a host name (letters, digits, . - :)"
             )
     return names
+
+
+def _app_hint(ctx: click.Context) -> str:
+    return app_argument(ctx) or UNKNOWN_APP.replace(" ", "")
 
 
 def _url_host(host: str) -> str:

@@ -41,6 +41,7 @@ from celery_cronstore.policy.fires import (
     plan,
     plan_past,
     resume_point,
+    withheld,
 )
 from celery_cronstore.policy.health import CLOCK_WARN, CLOCK_WARN_EVERY, beat_health
 from celery_cronstore.policy.messages import (
@@ -146,4 +147,5 @@ __all__ = [
     "stray_next_run",
     "timer_of",
     "unclaimed",
+    "withheld",
 ]

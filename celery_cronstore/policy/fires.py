@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -32,6 +32,7 @@ __all__ = [
     "plan",
     "plan_past",
     "resume_point",
+    "withheld",
 ]
 
 #: Namespace of the deterministic Celery task ids (uuid5 of task identity + fire time).
@@ -307,3 +308,25 @@ def _nothing() -> Running | None:
 
 def _refused(entry: Entry, state: str, reason: str) -> Entry:
     return Entry(**{**entry.row(), "state": state, "reason": reason})
+
+
+def withheld(plan: Plan, reason: str) -> Plan:
+    """Return ``plan`` with every fire it would send recorded ``dropped`` for ``reason``.
+
+    The task is planned as usual (its ``next_run`` moves on) but nothing is sent: what
+    beat does while another scheduler still fires the task (:mod:`celery_cronstore.store.
+    peers`). Once that one lets go, the next fire here is sent, with no edit needed.
+    """
+    entries = [
+        replace(
+            entry,
+            state=FireState.DROPPED,
+            reason=f"not published: {reason}",
+            lease_until=None,
+            attempts=0,
+        )
+        if entry.state == FireState.CLAIMED
+        else entry
+        for entry in plan.entries
+    ]
+    return Plan(replace(plan.update, runs=0), entries, [])

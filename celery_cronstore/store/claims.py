@@ -43,7 +43,7 @@ from celery_cronstore.errors import (
 )
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
 from celery_cronstore.states import IN_FLIGHT, FireState
-from celery_cronstore.store import idle
+from celery_cronstore.store import audit, idle
 from celery_cronstore.store.batch import Batch, Conflict, Item, as_of, write_ledger, write_rows
 from celery_cronstore.store.heartbeat import BeatHeartbeat
 from celery_cronstore.store.inflight import InFlight
@@ -275,6 +275,7 @@ class Claimer:
                 claimed_at=now,
             )
             conn.execute(sa.insert(fire).values(**entry.row()))
+            audit.record(conn, self.store.actor, "run", name, at=now, detail=entry.task_id)
             return policy.make_claim(task, now, entry.task_id, entry.attempts, timer_or_none(task))
 
     def replan_errors(self) -> int:
@@ -334,9 +335,11 @@ class Claimer:
             at = as_of(task, now)
             reason = self.problem(task, row)
             if reason is None:
-                reason = self.peers.refusal(conn, task, now)
-            if reason is None:
-                batch.items.append(Item(task, self._plan(conn, task, at)))
+                planned = self._plan(conn, task, at)
+                held = self.peers.refusal(conn, task, now)
+                if held is not None:  # its old scheduler still fires it: record, send none
+                    planned = policy.withheld(planned, held)
+                batch.items.append(Item(task, planned))
                 return
         except (SQLAlchemyError, StoreUnavailableError):  # the database's, not the row's
             raise

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,6 +41,8 @@ from celery_cronstore.store.schema import VERSION_TABLE
 
 __all__ = [
     "MIGRATION_LOCK_TIMEOUT",
+    "UNKNOWN_APP",
+    "app_argument",
     "check_schema",
     "current_revision",
     "fix",
@@ -63,9 +66,29 @@ _PG_LOCK_KEY = int.from_bytes(
 _LOCK_NAME_MAX = 64
 
 
+#: What the migrate hint names when nobody said what ``-A`` was given.
+UNKNOWN_APP = "<your -A module>"
+
+
 def fix(app_name: str | None = None) -> str:
-    """Return the command that creates or upgrades the schema, naming the app if known."""
-    return f"run `celery -A {app_name or '<app>'} cronstore migrate` (or Store.upgrade())"
+    """Return the command that creates or upgrades the schema, naming the ``-A`` module
+    (``app_name``: what the operator typed) if known, else a placeholder. Never the
+    app's own name (``Celery("...")``): that is often not importable."""
+    return f"run `celery -A {app_name or UNKNOWN_APP} cronstore migrate` (or Store.upgrade())"
+
+
+def app_argument(argv: Sequence[str] | None = None) -> str | None:
+    """Return the ``-A``/``--app`` value this process was started with (``sys.argv``:
+    ``celery -A proj beat``, ``celery --app=proj worker``), if any."""
+    args = list(sys.argv if argv is None else argv)
+    for i, arg in enumerate(args):
+        if arg in ("-A", "--app") and i + 1 < len(args):
+            return args[i + 1] or None
+        if arg.startswith("--app="):
+            return arg.split("=", 1)[1] or None
+        if arg.startswith("-A") and len(arg) > 2:
+            return arg[2:]
+    return None
 
 
 def _config(conn: sa.Connection | None = None) -> Config:

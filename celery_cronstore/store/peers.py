@@ -2,10 +2,13 @@
 
 When a task was imported from django-celery-beat or sqlalchemy-celery-beat and the peer's
 tables live in the store's own database, beat can read whether the peer still has the
-task enabled. While it does, both would fire it; beat refuses it instead and puts it in
-error with the reason and the fix (disable it in the old scheduler, then edit or enable
-it here: an edit clears the error). The peer's names are read at most every
-:data:`REFRESH` seconds, and only on a tick that plans such a task.
+task enabled. While it does, both would fire it: beat plans the task as usual but sends
+none of its fires, recording each ``dropped`` with the reason
+(:func:`celery_cronstore.policy.withheld`). The moment the old scheduler lets go of it
+(disabled there, or removed), the next fire here is sent: a task moves over by being
+disabled in the old scheduler, with no edit here. The peer's enabled names are read once
+per claim batch that plans such a task (one indexed read of a small table), so the hand
+over follows the old scheduler's own table with no delay of ours.
 
 When the peer's tables are elsewhere (another database, a Redis for RedBeat, a
 ``beat_schedule`` file), beat cannot tell: ``cronstore import`` says so
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
@@ -24,7 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.store.db import Database
 
-__all__ = ["PEERS", "REFRESH", "PeerGuard", "peer_warnings"]
+__all__ = ["PEERS", "PeerGuard", "peer_warnings"]
 
 logger = logging.getLogger("celery.beat")
 
@@ -34,9 +37,6 @@ PEERS: dict[str, tuple[str, str, tuple[str | None, ...]]] = {
     "dcb": ("django-celery-beat", "django_celery_beat_periodictask", (None,)),
     "scb": ("sqlalchemy-celery-beat", "celery_periodictask", ("celery_schema", None)),
 }
-
-#: Seconds the peer's enabled names are kept before they are read again.
-REFRESH = timedelta(seconds=5)
 
 
 class PeerGuard:
@@ -58,12 +58,12 @@ class PeerGuard:
         label, table, _ = peer
         return (
             f"{label} still has this task enabled (table {table} in this database): both "
-            f"would fire it. Disable it in {label}, then edit or enable it here"
+            f"would fire it. Disable it in {label} and the next fire is sent from here"
         )
 
     def _enabled(self, conn: sa.Connection, source: str, now: datetime) -> frozenset[str]:
         read_at = self._read_at.get(source)
-        if read_at is not None and now - read_at < REFRESH:
+        if read_at is not None and now == read_at:  # the same claim batch
             return self._names[source]
         _, table, _ = PEERS[source]
         names: frozenset[str] = frozenset()
@@ -113,8 +113,8 @@ def _warnings(conn: sa.Connection, source: str, names: Sequence[str]) -> list[st
         return []
     shown = ", ".join(live[:10]) + (f" and {len(live) - 10} more" if len(live) > 10 else "")
     return [
-        f"{len(live)} task(s) are still enabled in {label} ({shown}): beat refuses them "
-        f"(in error, with the reason) until you disable them there and edit or enable them here"
+        f"{len(live)} task(s) are still enabled in {label} ({shown}): beat records their "
+        f"fires dropped (with the reason) until you disable them there; then it sends them"
     ]
 
 

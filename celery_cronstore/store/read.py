@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from celery_cronstore.records import Fire
 from celery_cronstore.states import PROBLEM_STATES
+from celery_cronstore.store.outcomes import failing_clause
 from celery_cronstore.store.rows import FIRE_COLUMNS, to_fire
 from celery_cronstore.store.schema import beat, fire, periodic_task
 
@@ -61,6 +62,8 @@ class TaskQuery:
     in_error: bool | None = None
     owner_type: str | None = None
     kind: str | None = None
+    #: Only tasks whose newest finished fire ended badly (``False``: only the others).
+    failing: bool | None = None
     sort: str = "name"
     descending: bool = False
     page: int = 1
@@ -179,6 +182,11 @@ def _where(query: TaskQuery) -> list[sa.ColumnElement[bool]]:
         where.append(_PT.owner_type == query.owner_type)
     if query.kind:
         where.append(_PT.timer_kind == query.kind)
+    if query.failing is not None:
+        # A bounded walk of each candidate's newest fires (store.outcomes); pages filtered
+        # this way cost one short index walk per task scanned, not per task shown.
+        failing = failing_clause()
+        where.append(failing if query.failing else sa.not_(failing))
     return where
 
 

@@ -25,7 +25,8 @@ same for every batch); elsewhere ``IN`` lists of at most :data:`_IN_CHUNK` ids.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -37,6 +38,8 @@ from celery_cronstore.store.schema import fire, periodic_task
 
 __all__ = ["delete_ledgers", "delete_tasks", "disable", "remove_tasks"]
 
+#: ``note(conn, now)``: what else the disabling transaction writes.
+Note = Callable[[sa.Connection, datetime], object]
 #: Most ids in one ``IN (...)`` list (SQLite before 3.32 allows 999 bound values).
 _IN_CHUNK = 900
 
@@ -44,11 +47,16 @@ _PT = periodic_task.c
 _F = fire.c
 
 
-def disable(db: Database, where: Sequence[sa.ColumnElement[bool]]) -> list[int]:
+def disable(
+    db: Database, where: Sequence[sa.ColumnElement[bool]], note: Note | None = None
+) -> list[int]:
     """Disable the tasks ``where`` selects, in one statement and one transaction; return
-    their ids in ascending order. No fire of them is claimed after this commits."""
+    their ids in ascending order. No fire of them is claimed after this commits.
+    ``note(conn, now)`` runs first in that transaction (the audit entries of a removal)."""
     with db.begin() as conn:
         now = db.now(conn)
+        if note is not None:
+            note(conn, now)
         conn.execute(
             sa.update(periodic_task)
             .where(*where)
@@ -103,11 +111,13 @@ def delete_tasks(
     return removed
 
 
-def remove_tasks(db: Database, where: Sequence[sa.ColumnElement[bool]], *, batch: int) -> int:
+def remove_tasks(
+    db: Database, where: Sequence[sa.ColumnElement[bool]], *, batch: int, note: Note | None = None
+) -> int:
     """Remove the tasks ``where`` selects with their ledgers (the module's three steps);
-    return how many task rows were deleted."""
+    return how many task rows were deleted (``note``: see :func:`disable`)."""
     _check_batch(batch)
-    task_ids = disable(db, where)
+    task_ids = disable(db, where, note)
     delete_ledgers(db, task_ids, batch=batch)
     return delete_tasks(db, task_ids, where, batch=batch)
 

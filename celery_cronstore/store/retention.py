@@ -26,6 +26,7 @@ import sqlalchemy as sa
 
 from celery_cronstore.policy import retention as rule
 from celery_cronstore.states import IN_FLIGHT, FireState
+from celery_cronstore.store import alerts, audit
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import UTCDateTime
@@ -79,6 +80,8 @@ class Pruner:
         self.resume_at = 0.0
         #: Rows the current (or last) pass deleted.
         self.pass_deleted = 0
+        #: When (monotonic) :meth:`pace` prunes the audit trail again.
+        self.audit_at = 0.0
 
     def pace(
         self,
@@ -101,6 +104,9 @@ class Pruner:
         """
         if keep is None or moment < self.resume_at:
             return None
+        if moment >= self.audit_at:  # its own pace: the ledger's pass may not start
+            gone = self.prune_audit(keep, now=look[0] if look is not None else None)
+            self.audit_at = moment + (0.0 if gone >= self.batch else PRUNE_PAUSE)
         now = None
         if look is not None:
             now, oldest = look
@@ -144,17 +150,28 @@ class Pruner:
             self.pass_deleted += sum(counts.values())
         done = len(rows) < self.batch or not old
         self.after = 0 if done else rows[-1].id
+        if done and not dry_run:  # resolved alert episodes live as long as the history
+            alerts.prune_resolved(self.db, cutoff, batch=self.batch)
         return PruneStep(counts, len(rows), done)
 
     def run(self, keep: timedelta | None, *, dry_run: bool = False) -> dict[str, int]:
-        """Run one whole pass from the oldest row; return rows deleted per state."""
+        """Run one whole pass from the oldest row; return rows deleted per state (the
+        audit trail's old entries go too, uncounted, unless ``dry_run``)."""
         self.after = 0
+        while not dry_run and self.prune_audit(keep) >= self.batch:
+            pass
         total: Counter[str] = Counter()
         while True:
             step = self.step(keep, dry_run=dry_run)
             total.update(step.counts)
             if step.done:
                 return dict(total)
+
+    def prune_audit(self, keep: timedelta | None, *, now: datetime | None = None) -> int:
+        """Delete one batch of audit entries older than ``keep`` (the ledger's retention:
+        who changed a task is kept as long as what its fires did); return how many."""
+        cutoff = rule.cutoff(self.db.now() if now is None else now, keep)
+        return 0 if cutoff is None else audit.prune(self.db, cutoff, batch=self.batch)
 
     def _candidates(self, conn: sa.Connection) -> list[rule.Candidate]:
         query = (

@@ -95,6 +95,7 @@ def to_task(row: sa.Row[Any]) -> PeriodicTask:
         created_at=m["created_at"],
         updated_at=m["updated_at"],
         abandon_policy=m["abandon_policy"],
+        alert_after=m["alert_after"],
     )
 
 

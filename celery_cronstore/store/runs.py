@@ -23,6 +23,7 @@ from celery_cronstore.errors import TimerError
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.states import FINISH_STATES, STARTABLE, WORKER_RUNNING, FireState
 from celery_cronstore.store.db import Database
+from celery_cronstore.store.failures import clip
 from celery_cronstore.store.rows import summarize, to_task
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import dumps
@@ -278,6 +279,7 @@ def finish_fire(
     *,
     result: Any = None,
     error: str | None = None,
+    detail: str | None = None,
     hold: float | None = None,
     run: int | None = None,
     node: str | None = None,
@@ -287,9 +289,10 @@ def finish_fire(
 
     ``state`` is one of :data:`~celery_cronstore.states.FINISH_STATES`. ``result`` is
     summarized into the ledger; ``error`` goes to the row's ``reason`` (a re-run that
-    ends without one keeps why it ran again). ``retrying`` keeps the fire in flight
-    until its retry starts (:func:`start_fire` with ``retries > 0``); ``hold`` is then
-    how long it may wait for that (its liveness lease, in seconds). ``run``
+    ends without one keeps why it ran again); ``detail`` (a traceback the worker scrubbed)
+    to ``detail``, clipped (``failures.clip``). ``retrying`` keeps the fire in flight until
+    its retry starts (:func:`start_fire`, ``retries > 0``); ``hold`` is then how long it
+    may wait for that (its liveness lease, in seconds). ``run``
     (:attr:`RunStart.rerun`) fences the record on the run it belongs to: a worker that
     went silent and comes back after its fire was re-run elsewhere records nothing.
     A caller that does not know the run (the worker's main process, after a hard time
@@ -304,6 +307,7 @@ def finish_fire(
     values: dict[str, Any] = {
         "state": state,
         "reason": error if error is not None else sa.case((_F.reruns > 0, _F.reason)),
+        "detail": None if detail is None else clip(detail),
     }
     if result is not None:
         values["result"] = summarize(result)

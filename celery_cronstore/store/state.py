@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -11,6 +11,9 @@ import sqlalchemy as sa
 from celery_cronstore.errors import TaskNotFoundError
 from celery_cronstore.policy import timer_of
 from celery_cronstore.records import Beat, Fire, PeriodicTask, Status
+from celery_cronstore.store import audit
+from celery_cronstore.store import failures as failure_reads
+from celery_cronstore.store.audit import AuditEntry
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.rows import FIRE_COLUMNS, owner_values, to_fire, to_task
 from celery_cronstore.store.schema import beat, fire, periodic_task
@@ -132,6 +135,13 @@ class StoreReads:
             error=record.error,
         )
 
+    def audit_trail(
+        self, *, task: str | None = None, limit: int = 100, before: int | None = None
+    ) -> builtins.list[AuditEntry]:
+        """Return who changed what, newest first (:func:`.audit.entries`): ``limit``
+        entries (1 to 10,000), of one task if ``task`` is given, older than entry ``before``."""
+        return audit.entries(self.db, task=task, limit=limit, before=before)
+
     def beats(self) -> builtins.list[Beat]:
         """Return every beat that ever ticked, newest tick first."""
         query = sa.select(
@@ -143,3 +153,22 @@ class StoreReads:
         ).order_by(beat.c.last_tick.desc())
         with self.db.engine.connect() as conn:
             return [Beat(*row) for row in conn.execute(query)]
+
+    def failures(
+        self,
+        now: datetime | None = None,
+        *,
+        window: timedelta = failure_reads.WINDOWS[failure_reads.DEFAULT_WINDOW],
+        limit: int = failure_reads.FAILURE_LIMIT,
+    ) -> failure_reads.Failures:
+        """Return the fires that ended badly in ``[now - window, now]``, grouped by task
+        (see :func:`celery_cronstore.store.failures.failures`; ``now``: the store's)."""
+        with self.db.engine.connect() as conn:
+            at = now if now is not None else self.now(conn)
+            return failure_reads.failures(conn, at, window=window, limit=limit)
+
+    def summary(self, now: datetime | None = None) -> failure_reads.Summary:
+        """Return how many tasks there are, enabled, in error, failing and late at ``now``
+        (see :func:`celery_cronstore.store.failures.summary`)."""
+        with self.db.engine.connect() as conn:
+            return failure_reads.summary(conn, now if now is not None else self.now(conn))

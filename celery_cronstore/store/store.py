@@ -7,7 +7,7 @@ import contextlib
 import copy
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -18,14 +18,13 @@ from celery_cronstore.errors import (
     DuplicateTaskError,
     EditConflictError,
     StoreError,
-    TaskNotFoundError,
 )
 from celery_cronstore.fields import ForceableError
 from celery_cronstore.records import PeriodicTask
-from celery_cronstore.store import migrate, removal
+from celery_cronstore.store import audit, migrate
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.engine import Clock, Dialect, create_store_engine, redact
-from celery_cronstore.store.retention import PRUNE_BATCH, REMOVE_BATCH, Pruner
+from celery_cronstore.store.retire import StoreRetire
 from celery_cronstore.store.rows import (
     check_values,
     owner_values,
@@ -36,7 +35,7 @@ from celery_cronstore.store.rows import (
 from celery_cronstore.store.schema import VERSION_TABLE, fire, periodic_task
 from celery_cronstore.store.seam import CallSeam, NullSeam, TaskSeam
 from celery_cronstore.store.state import StoreReads
-from celery_cronstore.timers import Timer, parse_timer
+from celery_cronstore.timers import Timer, edit_kind, parse_timer
 
 if TYPE_CHECKING:
     from celery_cronstore.adopt.plan import Plan
@@ -53,11 +52,14 @@ DEFAULT_URL = "sqlite:///celerybeat-cronstore.sqlite"
 _PT = periodic_task.c
 
 
-class Store(StoreReads):
+class Store(StoreRetire, StoreReads):
     """Periodic tasks and their fire ledger in one SQL database.
 
     Every method opens and closes its own short transaction and returns immutable
-    records. ``clock`` replaces the database clock (tests only; see ``testing``).
+    records. ``clock`` replaces the database clock (tests only; see ``testing``). Every
+    write records who made it in the audit trail, in its own transaction
+    (:mod:`~celery_cronstore.store.audit`): as ``actor`` (default: ``api``, window
+    ``api``), or as :meth:`acting` says.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class Store(StoreReads):
         seam: TaskSeam | None = None,
         default_tz: str = "UTC",
         app_name: str | None = None,
+        actor: str = "api",
         **engine_options: Any,
     ) -> None:
         self.db = Database(
@@ -85,8 +88,10 @@ class Store(StoreReads):
         self.call_check = call_check
         #: Zone of tasks added without one (``from_app``: the app's, see ``Config.zone``).
         self.default_tz = default_tz
-        #: The Celery app's name, for commands in messages (``celery -A <name> ...``).
+        #: What ``-A`` was given, for commands in messages (``celery -A <it> ...``).
         self.app_name = app_name
+        #: Who the audit trail says made this store's writes (see :meth:`acting`).
+        self.actor = audit.Actor(actor, "api")
 
     @classmethod
     def from_app(cls, app: Any, **kwargs: Any) -> Store:
@@ -97,7 +102,8 @@ class Store(StoreReads):
         config = Config.from_app(app)
         kwargs.setdefault("seam", TaskCatalog(app, config=config))
         kwargs.setdefault("default_tz", config.zone(app))
-        kwargs.setdefault("app_name", app.main)
+        # The app's own name is often not importable: name what -A was given, if known.
+        kwargs.setdefault("app_name", migrate.app_argument())
         return cls(config.url, **config.engine_options, **kwargs)
 
     @property
@@ -130,6 +136,14 @@ class Store(StoreReads):
         """
         other = copy.copy(self)
         other.seam = seam
+        return other
+
+    def acting(self, actor: str, window: str = "api") -> Store:
+        """Return this store (same engine, clock and checks) recording its writes in the
+        audit trail as ``actor`` writing from ``window`` (one of
+        :data:`~celery_cronstore.store.audit.WINDOWS`; ``ValueError`` otherwise)."""
+        other = copy.copy(self)
+        other.actor = audit.Actor(actor, window)
         return other
 
     def close(self) -> None:
@@ -195,6 +209,7 @@ class Store(StoreReads):
         max_retries: int = 0,
         source: str = "api",
         abandon_policy: str = "leave",
+        alert_after: str | None = None,
         force: bool = True,
         **more: Any,
     ) -> PeriodicTask:
@@ -229,6 +244,7 @@ class Store(StoreReads):
                 "start_deadline": start_deadline,
                 "overlap_policy": overlap_policy,
                 "abandon_policy": abandon_policy,
+                "alert_after": alert_after,
                 "tolerance": tolerance,
                 "max_retries": max_retries,
                 "source": source,
@@ -248,6 +264,8 @@ class Store(StoreReads):
                 conn.execute(sa.insert(periodic_task).values(**values))
             except IntegrityError:
                 raise DuplicateTaskError(f"a periodic task named {name!r} already exists") from None
+            added = f"task {task}, timer {parsed}" + ("" if enabled else ", disabled")
+            audit.record(conn, self.actor, "add", name, at=now, detail=added)
             return to_task(self._row(conn, name))
 
     def update(
@@ -274,7 +292,8 @@ class Store(StoreReads):
         expected_version: int | None = None,
         **changes: Any,
     ) -> PeriodicTask:
-        """:meth:`update` inside the caller's transaction ``conn``."""
+        """:meth:`update` inside the caller's transaction ``conn`` (recorded there too)."""
+        asked = dict(changes)
         owner = changes.pop("owner", ...)
         kind = changes.pop("kind", None)
         force = bool(changes.pop("force", True))
@@ -302,7 +321,9 @@ class Store(StoreReads):
         else:  # the stored timer may be the bad one being fixed: do not parse it
             parsed = parse_timer(
                 timer_changes.get("timer", current.timer),
-                kind=kind or (None if "timer" in timer_changes else current.timer_kind),
+                kind=edit_kind(
+                    kind, stored=current.timer_kind, timer_changed="timer" in timer_changes
+                ),
                 tz=timer_changes.get("tz", current.tz),
             )
             values.update(timer_values(parsed))
@@ -323,13 +344,18 @@ class Store(StoreReads):
         if expected_version is not None and written.rowcount == 0:
             # The row is locked since it was read: the version it holds is current's.
             raise EditConflictError(current.name, expected_version, current.version)
-        return to_task(self._row(conn, values.get("name", name)))
+        after = to_task(self._row(conn, values.get("name", name)))
+        action, detail = audit.update_entry(current, after, asked)
+        audit.record(conn, self.actor, action, after.name, at=now, detail=detail)
+        return after
 
-    def adopt(self, plan: Plan, *, source: str) -> Adopted:
-        """Carry out an import or apply plan in one transaction (:mod:`.adopt`)."""
+    def adopt(self, plan: Plan, *, source: str, window: str = "import") -> Adopted:
+        """Carry out an import or apply plan in one transaction (:mod:`.adopt`), recorded
+        as :attr:`actor`'s from ``window`` (``import`` or ``apply``)."""
         from celery_cronstore.store import adopt
 
-        return adopt.carry_out(self.db, self.update_in, plan, source=source)
+        by = self.acting(self.actor.name, window)
+        return adopt.carry_out(self.db, by.update_in, plan, source=source, actor=by.actor)
 
     def _check_task(
         self, task: str, args: builtins.list[Any], kwargs: dict[str, Any], *, registered: bool
@@ -349,59 +375,6 @@ class Store(StoreReads):
     def disable(self, name: str) -> PeriodicTask:
         """Disable a periodic task; no fire is claimed for it after this commits."""
         return self.update(name, enabled=False)
-
-    def remove(self, name: str, *, batch: int = REMOVE_BATCH) -> None:
-        """Remove a periodic task and its ledger (:class:`TaskNotFoundError` if none).
-
-        The task is disabled first (one short transaction: no fire is claimed for it
-        after that commits), then its ledger is deleted oldest first, ``batch`` rows per
-        transaction, and the row itself goes last. A delivery of one of its fires finds
-        no ledger row and the guard does not run it. Interrupted, it leaves the task
-        disabled with part of its history: removing it again finishes the job.
-        """
-        if not removal.remove_tasks(self.db, (_PT.name == name,), batch=batch):
-            raise TaskNotFoundError(f"no periodic task named {name!r}")
-
-    def remove_owned_by(self, owner_type: str, owner_id: Any, *, batch: int = REMOVE_BATCH) -> int:
-        """Remove every periodic task of an owner; return how many were removed.
-
-        As :meth:`remove`, set-based (:mod:`~celery_cronstore.store.removal`): one
-        statement disables all of them in one transaction, their ledgers go ``batch``
-        rows per transaction across the tasks (each task's oldest first), then the task
-        rows, ``batch`` per transaction. Interrupted, it leaves the tasks disabled with
-        part of their history: removing again finishes the job.
-        """
-        cols = owner_values((owner_type, owner_id))
-        where = (_PT.owner_type == cols["owner_type"], _PT.owner_id == cols["owner_id"])
-        return removal.remove_tasks(self.db, where, batch=batch)
-
-    def prune(
-        self, older_than: timedelta | None, *, dry_run: bool = False, batch: int = PRUNE_BATCH
-    ) -> dict[str, int]:
-        """Delete ledger rows whose fire is older than ``older_than``; return counts per state.
-
-        Never deleted: fires in flight, each task's newest fire and what the guard still
-        reads (:mod:`celery_cronstore.policy.retention`). One pass over the old rows,
-        ``batch`` rows per transaction. ``dry_run`` deletes nothing and returns what
-        would go; ``None`` keeps everything.
-        """
-        return Pruner(self.db, batch=batch).run(older_than, dry_run=dry_run)
-
-    def disable_owned_by(self, owner_type: str, owner_id: Any) -> int:
-        """Disable every periodic task of an owner; return how many were enabled before."""
-        cols = owner_values((owner_type, owner_id))
-        with self.begin() as conn:
-            now = self.now(conn)
-            result = conn.execute(
-                sa.update(periodic_task)
-                .where(
-                    _PT.owner_type == cols["owner_type"],
-                    _PT.owner_id == cols["owner_id"],
-                    _PT.enabled == sa.true(),
-                )
-                .values(enabled=False, next_run=None, updated_at=now, version=_PT.version + 1)
-            )
-            return result.rowcount
 
 
 def _updatable() -> frozenset[str]:

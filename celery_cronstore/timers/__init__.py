@@ -29,9 +29,11 @@ __all__ = [
     "Timer",
     "TimerKind",
     "detect_kind",
+    "edit_kind",
     "fires",
     "is_valid",
     "parse_timer",
+    "shown_zone",
 ]
 
 #: The kind names; an alias of :data:`TIMER_KINDS` kept for code written before it.
@@ -42,6 +44,31 @@ def detect_kind(expression: str) -> str:
     """Return the timer kind an expression is written in (the rules of ``DETECTION``)."""
     text = expression.strip()
     return next(rule.kind for rule in DETECTION if rule.matches(text))
+
+
+def edit_kind(
+    given: str | None, *, stored: str, timer_changed: bool, shown: str | None = None
+) -> str | None:
+    """Return the kind an edited timer is parsed as (``None``: detect it from the expression).
+
+    The one rule of every window. ``given`` is the kind the edit names (``None`` or blank:
+    none); ``shown`` the kind a form displayed and posts back untouched (its stored kind;
+    ``None`` for the command line and the API, where a kind is only ever given on
+    purpose). A kind other than ``shown`` was chosen: it is honoured, and an expression of
+    another kind is refused naming both (:func:`parse_timer`). Otherwise a changed
+    expression is detected afresh, as when adding (``*/5 * * * *`` -> ``every 5m`` is an
+    interval now), and an unchanged one keeps ``stored`` (an edit of the zone alone).
+    """
+    if given and given != shown:
+        return given
+    return None if timer_changed else stored
+
+
+def shown_zone(kind: str, tz: str) -> str | None:
+    """Return the zone to show beside a timer of ``kind``, or ``None`` when it has no
+    effect on the fire times (an interval: see :attr:`TimerKind.zoned`)."""
+    registered = TIMERS.get(kind)
+    return tz if registered is None or registered.zoned else None
 
 
 def parse_timer(expression: str, *, kind: str | None = None, tz: str | None = None) -> Timer:
@@ -77,10 +104,21 @@ def _parse_cached(expression: str, kind: str | None, tz: str | None) -> Timer:
         )
     try:
         return registered.parse(expression, tz=tz)
-    except TimerSyntaxError:
+    except TimerSyntaxError as exc:
         hint = registered.misread(expression) if detected and registered.misread else None
         if hint is not None:
             raise TimerSyntaxError(hint, expression=expression) from None
+        reads_as = None if detected else detect_kind(expression)
+        if reads_as is not None and reads_as != kind:
+            # The kind was named and the expression is of another one: say both, or the
+            # grammar's complaint ("a cron expression has 5 fields") reads like a typo.
+            raise TimerSyntaxError(
+                f"the timer kind is {kind} but the expression reads as {reads_as} (choose "
+                f"{reads_as}, or leave the kind blank to detect it); as {kind}: {exc.reason}",
+                expression=exc.expression,
+                token=exc.token,
+                position=exc.position,
+            ) from None
         raise
 
 

@@ -53,6 +53,10 @@ class TimerKind:
     #: When an expression *detected* as this kind fails to parse: the message to raise
     #: instead (it was probably meant as another kind), or ``None`` to keep the error.
     misread: Callable[[str], str | None] | None = None
+    #: Whether the zone decides when it fires. An interval's grid is elapsed time from a
+    #: UTC origin (a naive ``from`` is read in the zone once, then stored in UTC), so its
+    #: zone changes nothing and the windows show none for it.
+    zoned: bool = True
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,7 @@ TIMERS: Mapping[str, TimerKind] = MappingProxyType(
                 IntervalTimer.parse,
                 "a fixed period of elapsed time, optionally from an origin",
                 "every 5m",
+                zoned=False,
             ),
             TimerKind(
                 "once",

@@ -48,6 +48,7 @@ def create_app(
     *,
     token: str | None = None,
     users: Mapping[str, str] | None = None,
+    roles: Mapping[str, str] | None = None,
     read_only: bool = False,
     celery_app: Any = None,
     secret_key: bytes | None = None,
@@ -56,11 +57,14 @@ def create_app(
     allowed_hosts: Iterable[str] | None = None,
     bound_host: str | None = None,
     limiter: LoginLimiter | None = None,
+    display_tz: str = "UTC",
 ) -> WebApp:
     """Return the dashboard over ``store`` as a WSGI application.
 
     ``token`` and/or ``users`` (``{name: password}``) let people log in; without either the
-    dashboard is read-only. ``celery_app`` enables "run now" (it publishes through it).
+    dashboard is read-only. ``roles`` (``{name: "viewer"}``) makes users viewers, who see
+    every page and change nothing; the others, and the token, are operators.
+    ``celery_app`` enables "run now" (it publishes through it).
     ``secret_key`` signs sessions and CSRF tokens (default: random per process, so a
     restart logs everyone out; pass one when several processes serve the dashboard).
     ``secrets`` are extra strings never to show in a page (e.g. broker passwords).
@@ -68,12 +72,13 @@ def create_app(
     (default: ``cronstore_web_allowed_hosts`` of ``celery_app``; ``"*"`` serves any, for
     a proxy that checks them itself; ``.example.com`` a domain and its subdomains).
     ``limiter`` limits login attempts per client (default: 10, then one every 6 s).
+    ``display_tz`` is the one zone the pages list instants in (named in each header).
     """
     if allowed_hosts is None:
         allowed_hosts = allowed_hosts_of(celery_app)
     return WebApp(
         store,
-        credentials=Credentials(token=token, users=dict(users or {})),
+        credentials=Credentials(token=token, users=dict(users or {}), roles=dict(roles or {})),
         read_only=read_only,
         celery_app=celery_app,
         secret_key=secret_key,
@@ -82,4 +87,5 @@ def create_app(
         allowed_hosts=allowed_hosts,
         bound_host=bound_host,
         limiter=limiter,
+        display_tz=display_tz,
     )

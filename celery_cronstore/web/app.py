@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
@@ -25,27 +26,30 @@ from werkzeug.wrappers import Request, Response
 
 from celery_cronstore import actions
 from celery_cronstore.catalog import TaskCatalog
+from celery_cronstore.config import Config
 from celery_cronstore.errors import (
     CronstoreError,
     StoreUnavailableError,
     TaskNotFoundError,
     TimerError,
 )
+from celery_cronstore.policy.outcomes import health
 from celery_cronstore.secrets import scrub
 from celery_cronstore.store import Store
+from celery_cronstore.store.outcomes import health_facts
 from celery_cronstore.store.read import (
     SORTS,
     fire_page,
     fire_series,
-    problems,
     task_page,
 )
 from celery_cronstore.store.seam import NullSeam
 from celery_cronstore.timers import KINDS
-from celery_cronstore.web import forms, login, writes
+from celery_cronstore.web import forms, login, ops, writes
 from celery_cronstore.web.auth import SESSION_COOKIE, Credentials, Identity, Signer, from_header
-from celery_cronstore.web.context import Ctx
+from celery_cronstore.web.context import LIVE_EVERY, LIVE_HEADER, LIVE_PAGES, Ctx, SummaryLine
 from celery_cronstore.web.guard import HostCheck, LoginLimiter
+from celery_cronstore.web.problems import page as problems_page
 from celery_cronstore.web.render import (
     describe_timer,
     environment,
@@ -65,7 +69,7 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
-_STATIC = {"app.css": "text/css", "timer.js": "text/javascript"}
+_STATIC = {"app.css": "text/css", "timer.js": "text/javascript", "live.js": "text/javascript"}
 #: Outcome messages after a write (a code in the redirect, never text from the URL).
 DONE = {
     "enabled": "Enabled.",
@@ -93,6 +97,7 @@ class WebApp:
         allowed_hosts: Iterable[str] = (),
         bound_host: str | None = None,
         limiter: LoginLimiter | None = None,
+        display_tz: str = "UTC",
     ) -> None:
         if celery_app is not None and isinstance(store.seam, NullSeam):
             # A store built without the app: refuse what beat would (an unknown task,
@@ -103,6 +108,8 @@ class WebApp:
         #: Nobody writes without logging in: without credentials the dashboard only reads.
         self.read_only = read_only or not self.credentials.configured
         self.celery_app = celery_app
+        #: The app's ``cronstore_*`` settings, read (and a bad one refused) at start.
+        self.config = Config() if celery_app is None else Config.from_app(celery_app)
         self.signer = Signer(secret_key)
         self.secrets = [*secrets, *self.credentials.secrets()]
         self.metrics = metrics
@@ -111,10 +118,13 @@ class WebApp:
         #: Attempts to log in (form or header) per client address.
         self.limiter = limiter if limiter is not None else LoginLimiter()
         self.node = f"web@{socket.gethostname()}:{os.getpid()}"
-        self.env = environment()
+        # Pages list instants in one zone, named in the column headers.
+        self.env = environment(display_tz)
         self.env.filters["scrub"] = lambda text: None if text is None else self.scrub(text)
         # The task form's fields, read from the table each time a form is drawn.
         self.env.globals["task_fields"] = forms.form_fields
+        #: The summary line on every page (read at most every few seconds).
+        self.summaries = SummaryLine()
         self.url_map = Map(
             [
                 Rule("/", endpoint="tasks"),
@@ -123,6 +133,7 @@ class WebApp:
                 Rule("/task/new", endpoint="new", methods=["GET", "POST"]),
                 Rule("/task/action", endpoint="action", methods=["POST"]),
                 Rule("/problems", endpoint="problems"),
+                Rule("/audit", endpoint="audit"),
                 Rule("/api/preview", endpoint="preview"),
                 Rule("/login", endpoint="login", methods=["GET", "POST"]),
                 Rule("/logout", endpoint="logout", methods=["POST"]),
@@ -151,6 +162,8 @@ class WebApp:
             return self.plain(500, "internal error: the dashboard logged the details")
 
     def dispatch(self, request: Request) -> Response:
+        if request.path == "/healthz":  # for probes: any Host, no login; it shows nothing
+            return ops.healthz(self)
         refused = self.hosts.refusal(request.headers.get("Host"))
         if refused is not None:
             return self.plain(400, refused)
@@ -169,12 +182,15 @@ class WebApp:
         identity = self.identify(request)
         if header and identity is not None:
             self.limiter.give_back(request.remote_addr)
+        live = bool(request.headers.get(LIVE_HEADER))  # live.js: never to the login page
         if self.credentials.configured and identity is None and endpoint != "login":
-            if endpoint in ("preview", "metrics") or request.method == "POST":
+            if endpoint in ("preview", "metrics") or request.method == "POST" or live:
                 response = self.plain(401, "authentication required")
                 response.headers["WWW-Authenticate"] = 'Bearer realm="cronstore"'
                 return response
             return redirect(urls.build("login", {"next": _local_path(request)}), 303)
+        if endpoint in ops.WRITES and identity is not None and not identity.may_write:
+            return ops.forbidden(self, Ctx(request, urls, identity, self.now()))
         if request.method == "POST" and endpoint not in ("login", "logout"):
             refused = self.write_refusal(request, identity)
             if refused is not None:
@@ -211,11 +227,14 @@ class WebApp:
         """Return who sent ``request`` (header or session cookie), or ``None``."""
         if not self.credentials.configured:
             return None
-        header = request.headers.get("Authorization")
+        header, cookie = request.headers.get("Authorization"), request.cookies.get(SESSION_COOKIE)
         if header:
-            return from_header(header, self.credentials)
-        cookie = request.cookies.get(SESSION_COOKIE)
-        return None if cookie is None else self.signer.read_session(cookie)
+            found = from_header(header, self.credentials)
+        else:
+            found = None if cookie is None else self.signer.read_session(cookie)
+        # The role is the configuration's now (a removed user's session is no longer valid).
+        role = None if found is None else self.credentials.role_of(found.name)
+        return None if found is None or role is None else replace(found, role=role)
 
     def write_refusal(self, request: Request, identity: Identity | None) -> str | None:
         """Return why a write must be refused, or ``None`` to let it through."""
@@ -243,14 +262,15 @@ class WebApp:
             url=lambda endpoint, **args: ctx.urls.build(endpoint, args),
             now=ctx.now,
             identity=identity,
-            can_write=not self.read_only and identity is not None,
+            can_write=not self.read_only and identity is not None and identity.may_write,
             read_only=self.read_only,
             login_possible=self.credentials.configured,
             csrf=self.signer.csrf(identity) if identity is not None else "",
-            # Nothing about the store before login (where one is possible).
+            # Nothing about the store before login (where one is possible; never on its page).
             store_url=(
                 self.scrub(self.store.url)
-                if identity is not None or not self.credentials.configured
+                if identity is not None
+                or not (self.credentials.configured or template == "login.html")
                 else None
             ),
             local=fmt_local,
@@ -258,6 +278,8 @@ class WebApp:
             utc=fmt_utc,
             describe=describe_timer,
             done=DONE.get(ctx.request.args.get("done", "")),
+            summary=self.summaries.for_page(self.store, ctx, template, self.credentials.configured),
+            live=LIVE_EVERY if template in LIVE_PAGES else 0,
             **values,
         )
         return Response(html, status, content_type="text/html; charset=utf-8")
@@ -286,8 +308,18 @@ class WebApp:
             return self.plain(400, str(exc))
         with self.store.engine.connect() as conn:
             page = task_page(conn, query)
+            facts = health_facts(conn, [t.id for t in page.rows])
+        grace = self.config.misfire_grace
+        healths = {i: health(f.facts, ctx.now, grace=grace) for i, f in facts.items()}
         return self.render(
-            ctx, "tasks.html", page=page, query=query, sorts=SORTS, kinds=KINDS, args=args
+            ctx,
+            "tasks.html",
+            page=page,
+            query=query,
+            sorts=SORTS,
+            kinds=KINDS,
+            args=args,
+            healths=healths,
         )
 
     def page_task(self, ctx: Ctx, status: int = 200, **extra: Any) -> Response:
@@ -320,9 +352,7 @@ class WebApp:
         )
 
     def page_problems(self, ctx: Ctx) -> Response:
-        with self.store.engine.connect() as conn:
-            found = problems(conn, ctx.now)
-        return self.render(ctx, "problems.html", problems=found)
+        return problems_page(self, ctx)
 
     def page_preview(self, ctx: Ctx) -> Response:
         args = ctx.request.args
@@ -336,10 +366,18 @@ class WebApp:
             return self.plain(404, "metrics are off")
         from celery_cronstore.web.metrics import exposition
 
-        body, content_type, error = exposition(self.store, ctx.now)
+        body, content_type, error = exposition(
+            self.store,
+            ctx.now,
+            max_tasks=self.config.metrics_max_tasks,
+            grace=self.config.misfire_grace,
+        )
         if error is not None:
             logger.warning("web: /metrics: %s", self.scrub(str(error)))
         return Response(body, content_type=content_type)
+
+    def page_audit(self, ctx: Ctx) -> Response:
+        return ops.audit_page(self, ctx)
 
     def page_login(self, ctx: Ctx) -> Response:
         return login.login(self, ctx)
@@ -358,11 +396,12 @@ class WebApp:
     def page_new(self, ctx: Ctx) -> Response:
         return writes.new(self, ctx)
 
-    def run_now(self, name: str) -> None:
-        """Claim and publish one extra fire of ``name`` (as ``cronstore run-now`` does)."""
+    def run_now(self, name: str, store: Store | None = None) -> None:
+        """Claim and publish one extra fire of ``name`` (as ``cronstore run-now`` does),
+        through ``store`` if given (one :meth:`Store.acting` as the user, for the audit)."""
         if self.celery_app is None:
             raise CronstoreError("run now needs the Celery app: create_app(store, celery_app=app)")
-        actions.run_now(self.celery_app, self.store, name, node=self.node)
+        actions.run_now(self.celery_app, store or self.store, name, node=self.node)
 
 
 def _harden(response: Response, request: Request) -> None:

@@ -5,6 +5,10 @@
 * Every write (POST) needs an identity and, unless it came with a bearer token (which a
   browser never sends by itself), the CSRF token of that identity in the form.
 * With no credentials configured the dashboard is read-only: nobody can write.
+* Each user has a role: an ``operator`` (the default, and the token) may write, a
+  ``viewer`` sees every page and may write nothing. The role is looked up in the
+  credentials at every request, never carried in the cookie: changing a user's role (or
+  removing the user) takes effect at once, and a session cannot claim a role.
 """
 
 from __future__ import annotations
@@ -17,9 +21,26 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Credentials", "Identity", "Signer", "parse_users"]
+__all__ = [
+    "OPERATOR",
+    "ROLES",
+    "TOKEN_USER",
+    "VIEWER",
+    "Credentials",
+    "Identity",
+    "Signer",
+    "parse_accounts",
+    "parse_users",
+]
 
 SESSION_COOKIE = "cronstore_session"
+#: May read and write.
+OPERATOR = "operator"
+#: May read every page and write nothing.
+VIEWER = "viewer"
+ROLES = (OPERATOR, VIEWER)
+#: The name a token login goes by (in pages and the audit trail); no user may take it.
+TOKEN_USER = "token"
 
 
 @dataclass(frozen=True)
@@ -28,6 +49,8 @@ class Credentials:
 
     token: str | None = None
     users: Mapping[str, str] = field(default_factory=dict)
+    #: ``{user: role}`` (``operator`` or ``viewer``); a user not named is an operator.
+    roles: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.token is not None and len(self.token) < 16:
@@ -35,6 +58,17 @@ class Credentials:
         for user, password in self.users.items():
             if not user or ":" in user or not password:
                 raise ValueError(f"bad web user {user!r}: need a name without ':' and a password")
+            if user == TOKEN_USER:
+                raise ValueError(
+                    f"bad web user {user!r}: that name stands for the token login; pick another"
+                )
+        for user, role in self.roles.items():
+            if user not in self.users:
+                raise ValueError(f"a role is given for {user!r}, who is not a web user")
+            if role not in ROLES:
+                raise ValueError(
+                    f"bad role {role!r} for web user {user!r}: give one of {', '.join(ROLES)}"
+                )
 
     @property
     def configured(self) -> bool:
@@ -53,20 +87,50 @@ class Credentials:
             password.encode("utf-8"), (expected or "\x00" * 16).encode("utf-8")
         ) and (expected is not None)
 
+    def role_of(self, name: str) -> str | None:
+        """Return the role of a logged-in ``name`` (the token: operator), or ``None``
+        when no such user is configured (any more): that session is not valid."""
+        if name == TOKEN_USER and self.token is not None:
+            return OPERATOR
+        if name in self.users:
+            return self.roles.get(name, OPERATOR)
+        return None
+
     def secrets(self) -> list[str]:
         """Every secret here, for scrubbing text shown in a page."""
         return [s for s in (self.token, *self.users.values()) if s]
 
 
 def parse_users(text: str) -> dict[str, str]:
-    """Parse ``user:password[,user:password...]`` (the CLI's ``--user`` and env form)."""
+    """Parse ``user:password[:role][,...]`` into ``{user: password}`` (roles dropped)."""
+    return parse_accounts(text)[0]
+
+
+def parse_accounts(text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Parse ``user:password[:role][,user:password[:role]...]`` (``--users``,
+    ``CRONSTORE_WEB_USERS``) into ``({user: password}, {user: role})``.
+
+    A role is ``operator`` (the default) or ``viewer``. The password runs to the last
+    ``:``, and what follows is the role if it names one: a password that itself ends in
+    ``:viewer`` or ``:operator`` is written with its role after it
+    (``ann:pw:viewer:operator``).
+    """
     users: dict[str, str] = {}
+    roles: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         user, sep, password = item.partition(":")
+        head, colon, tail = password.rpartition(":")
+        if colon and tail in ROLES:
+            password, roles[user] = head, tail
+        elif colon and tail.lower() in ROLES:
+            raise ValueError(f"web user {user!r}: roles are lower case ({', '.join(ROLES)})")
         if not sep or not user or not password:
-            raise ValueError("web users must look like user:password[,user:password]")
+            raise ValueError(
+                "web users must look like user:password[:role][,user:password[:role]] "
+                f"(role: {' or '.join(ROLES)})"
+            )
         users[user] = password
-    return users
+    return users, roles
 
 
 @dataclass(frozen=True)
@@ -77,6 +141,13 @@ class Identity:
     via: str
     #: What the CSRF token is bound to (the session's nonce, or the basic-auth user).
     binding: str
+    #: ``operator`` or ``viewer`` (:meth:`Credentials.role_of`, read at each request).
+    role: str = OPERATOR
+
+    @property
+    def may_write(self) -> bool:
+        """Whether this identity may change anything (an operator)."""
+        return self.role == OPERATOR
 
 
 class Signer:
@@ -122,7 +193,7 @@ def from_header(header: str, credentials: Credentials) -> Identity | None:
     scheme, _, value = header.strip().partition(" ")
     value = value.strip()
     if scheme.lower() == "bearer" and credentials.check_token(value):
-        return Identity("token", "bearer", "bearer")
+        return Identity(TOKEN_USER, "bearer", "bearer")
     if scheme.lower() == "basic":
         try:
             decoded = base64.b64decode(value, validate=True).decode("utf-8")

@@ -15,9 +15,10 @@ from typing import Any
 
 from celery_cronstore import fields
 from celery_cronstore.errors import TimerError, TimerSyntaxError
+from celery_cronstore.policy.outcomes import parse_failing
 from celery_cronstore.store import PeriodicTask
 from celery_cronstore.store.read import MAX_PAGE_SIZE, TaskQuery
-from celery_cronstore.timers import parse_timer
+from celery_cronstore.timers import edit_kind, parse_timer
 from celery_cronstore.web.render import fmt_local, fmt_utc
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "blank",
     "changes",
     "form_fields",
+    "kind_of",
     "page_number",
     "preview",
     "store_error",
@@ -67,6 +69,7 @@ def task_query(args: Mapping[str, str]) -> TaskQuery:
         in_error=_tristate(args.get("error")),
         owner_type=args.get("owner_type") or None,
         kind=args.get("kind") or None,
+        failing=parse_failing(args.get("failing")),
         sort=args.get("sort", "name"),
         descending=args.get("desc") == "1",
         page=page,
@@ -127,11 +130,30 @@ def submitted(form: Mapping[str, str]) -> dict[str, str]:
     return {key: form.get(key, "") for key in dict.fromkeys(keys) if key in form or key in _ALWAYS}
 
 
-def changes(values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+def kind_of(values: Mapping[str, str], record: PeriodicTask | None) -> str | None:
+    """Return the kind the form's timer is read as (``None``: detected from it).
+
+    The form posts back the kind it showed, the stored one: left so while the expression
+    changed, it is detected again (:func:`~celery_cronstore.timers.edit_kind`, the rule of
+    every window), so ``*/5 * * * *`` -> ``every 5m`` saves as an interval.
+    """
+    given = values.get("kind", "").strip() or None
+    if record is None:
+        return given
+    changed = values.get("timer", "").strip() != record.timer
+    return edit_kind(
+        given, stored=record.timer_kind, shown=record.timer_kind, timer_changed=changed
+    )
+
+
+def changes(
+    values: Mapping[str, str], record: PeriodicTask | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
     """Return the store keywords a form asks for, and per-field errors.
 
     A field the form lacks (an older page) is left out: adding, the store's default;
-    editing, the stored value stays.
+    editing (``record``: the task as stored), the stored value stays, and the timer's
+    kind follows :func:`kind_of`.
     """
     errors: dict[str, str] = {}
     out: dict[str, Any] = {}
@@ -144,6 +166,8 @@ def changes(values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
             errors[spec.name] = str(exc)
     if "tz" in out and out["tz"] is None:
         out["tz"] = "UTC"
+    if "kind" in out and "kind" not in errors:
+        out["kind"] = kind_of(values, record)
     if "timer" not in errors:
         try:
             parse_timer(out["timer"], kind=out.get("kind"), tz=out.get("tz"))

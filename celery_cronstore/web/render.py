@@ -19,14 +19,30 @@ from markupsafe import Markup, escape
 from celery_cronstore.errors import TimerError
 from celery_cronstore.records import Fire
 from celery_cronstore.states import NOT_RUN
-from celery_cronstore.timers import parse_timer
+from celery_cronstore.timers import parse_timer, shown_zone
 from celery_cronstore.timers.base import resolve_zone
 
-__all__ = ["describe_timer", "environment", "fmt_local", "lateness_chart", "relative", "zone"]
+__all__ = [
+    "describe_timer",
+    "environment",
+    "fmt_local",
+    "fmt_shown",
+    "lateness_chart",
+    "relative",
+    "zone",
+    "zone_label",
+]
 
 
-def environment() -> Environment:
-    """Return the Jinja2 environment of the dashboard (autoescape on, strict undefined)."""
+def environment(display_tz: str = "UTC") -> Environment:
+    """Return the Jinja2 environment of the dashboard (autoescape on, strict undefined).
+
+    Every instant a page lists is shown in one zone, ``display_tz`` (``shown``; its name
+    is ``display_zone``, written in each column's header): a column of next fires in
+    each task's own zone would not sort by eye. A timer's zone is shown beside it only
+    where it decides the fire times (``zone_label``).
+    """
+    resolve_zone(display_tz)  # an unknown zone is refused at start, naming it
     env = Environment(
         loader=PackageLoader("celery_cronstore.web", "templates"),
         autoescape=True,
@@ -35,7 +51,30 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(local=fmt_local, relative=relative, seconds=fmt_seconds, utc=fmt_utc)
+    env.globals.update(
+        display_zone=display_tz,
+        shown=functools.partial(fmt_shown, tz=display_tz),
+        zone_label=zone_label,
+    )
     return env
+
+
+def fmt_shown(instant: datetime | None, tz: str = "UTC") -> Markup:
+    """Return :func:`fmt_local` as HTML that may wrap between the date and the time, never
+    inside either (``2026-11-28`` must not break at its hyphens in a narrow column)."""
+    day, _, rest = fmt_local(instant, tz).partition(" ")
+    if not rest:
+        return Markup('<span class="when">{}</span>').format(day)
+    return Markup('<span class="when"><span>{}</span> <span>{}</span></span>').format(day, rest)
+
+
+def zone_label(kind: str, tz: str) -> Markup:
+    """Return a timer's zone as a page shows it: "—" when it has no effect (an interval);
+    a long name may wrap after its slashes (``America/<wbr>Argentina/<wbr>Buenos_Aires``)."""
+    zone_name = shown_zone(kind, tz)
+    if zone_name is None:
+        return Markup("—")
+    return Markup("/<wbr>").join(escape(part) for part in zone_name.split("/"))
 
 
 @functools.lru_cache(maxsize=256)

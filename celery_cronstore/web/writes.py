@@ -2,7 +2,9 @@
 
 Every write goes through the :class:`~celery_cronstore.store.Store` API (or the claimer
 for "run now"), so validation and planning live in one place. :class:`~.app.WebApp` has
-already refused a write without a login, a CSRF token or a same-origin request.
+already refused a write without a login, a CSRF token or a same-origin request, and
+any write page to a viewer. Each write goes through the store acting as the logged-in
+user (:func:`writer`), so the audit trail records who made it, from the ``web`` window.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from celery_cronstore.errors import (
     StoreUnavailableError,
     TaskNotFoundError,
 )
-from celery_cronstore.store import PeriodicTask
+from celery_cronstore.store import PeriodicTask, Store
 from celery_cronstore.timers import KINDS
 from celery_cronstore.web import forms
 from celery_cronstore.web.context import Ctx, Site
 
-__all__ = ["ACTIONS", "action", "edit", "edit_form", "new"]
+__all__ = ["ACTIONS", "action", "edit", "edit_form", "new", "writer"]
 
 ACTIONS = ("enable", "disable", "run", "remove")
 
@@ -34,21 +36,28 @@ def action(app: Site, ctx: Ctx) -> Response:
     name, act = form.get("name", ""), form.get("action", "")
     if act not in ACTIONS:
         return app.plain(400, f"unknown action; expected one of {', '.join(ACTIONS)}")
+    store = writer(app, ctx)
     try:
         if act == "enable":
-            app.store.enable(name)
+            store.enable(name)
         elif act == "disable":
-            app.store.disable(name)
+            store.disable(name)
         elif act == "remove":
-            app.store.remove(name)
+            store.remove(name)
             return redirect(ctx.urls.build("tasks", {"done": "removed"}), 303)
         else:
-            app.run_now(name)
+            app.run_now(name, store)
     except (TaskNotFoundError, StoreUnavailableError):
         raise  # 404 / 503 pages (WebApp.respond)
     except (CronstoreError, ValueError) as exc:
         return app.page_task(ctx, 409, action_error=app.scrub(str(exc)))
     return app.back_to_task(ctx, name, {"enable": "enabled", "disable": "disabled"}.get(act, act))
+
+
+def writer(app: Site, ctx: Ctx) -> Store:
+    """Return the store writing as the request's user (``token`` for the token), from
+    the ``web`` window (the audit trail's actor)."""
+    return app.store.acting(ctx.identity.name if ctx.identity else "anonymous", "web")
 
 
 def edit(app: Site, ctx: Ctx) -> Response:
@@ -58,14 +67,14 @@ def edit(app: Site, ctx: Ctx) -> Response:
     if ctx.request.method == "GET":
         return edit_form(app, ctx, record, forms.values_of(record), {})
     values = forms.submitted(ctx.request.form)
-    changes, errors = forms.changes(values)
+    changes, errors = forms.changes(values, record)
     if errors or ctx.request.form.get("submit") == "preview":
         return edit_form(app, ctx, record, values, errors, status=400 if errors else 200)
     # The store writes only if the row is still at the version the form was opened on
     # (versions start at 1: a form without one never matches).
     loaded = int(values["version"]) if values["version"].isdigit() else 0
     try:
-        app.store.update(name, expected_version=loaded, force=False, **changes)
+        writer(app, ctx).update(name, expected_version=loaded, force=False, **changes)
     except EditConflictError:
         current = app.store.get(name)
         return edit_form(app, ctx, current, forms.values_of(current), _CONFLICT, status=409)
@@ -94,7 +103,8 @@ def new(app: Site, ctx: Ctx) -> Response:
     if errors or ctx.request.form.get("submit") == "preview":
         return edit_form(app, ctx, None, values, errors, status=400 if errors else 200)
     try:
-        app.store.add(name, enabled=values.get("enabled") == "on", force=False, **changes)
+        enabled = values.get("enabled") == "on"
+        writer(app, ctx).add(name, enabled=enabled, force=False, **changes)
     except StoreUnavailableError:
         raise
     except (CronstoreError, ValueError) as exc:
@@ -111,7 +121,8 @@ def edit_form(
     status: int = 200,
 ) -> Response:
     """Render the add/edit form with ``values``, ``errors`` and the timer's preview."""
-    preview = forms.preview(values["timer"], values["kind"] or None, values["tz"] or None, ctx.now)
+    kind = forms.kind_of(values, record)
+    preview = forms.preview(values["timer"], kind, values["tz"] or None, ctx.now)
     return app.render(
         ctx,
         "edit.html",

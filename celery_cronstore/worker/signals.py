@@ -20,6 +20,7 @@ from celery_cronstore.policy import H_NAME
 from celery_cronstore.states import FireState
 from celery_cronstore.store import runs
 from celery_cronstore.worker import plain
+from celery_cronstore.worker.failure import failure_detail
 from celery_cronstore.worker.runtime import liveness_for, remember_node, store_for
 
 logger = logging.getLogger("celery_cronstore.worker")
@@ -58,6 +59,9 @@ def _on_postrun(
         details["result"] = retval
     else:
         details["error"] = f"{type(retval).__name__}: {retval}" if retval is not None else state
+        if outcome == FireState.FAILED and isinstance(retval, BaseException):
+            # Celery hands the run's exception over with its traceback still attached.
+            details["detail"] = failure_detail(retval, task.app)
     try:
         live = liveness_for(task.app)
         if outcome == FireState.RETRYING:

@@ -43,6 +43,7 @@ from celery_cronstore.policy import H_FIRE, H_INTERVAL, H_NAME, killed_run_age
 from celery_cronstore.states import FireState
 from celery_cronstore.store import Store, runs
 from celery_cronstore.worker import liveness_for, node_of, store_for, use_store
+from celery_cronstore.worker.failure import failure_detail
 
 __all__ = ["CronTask", "store_for", "use_store"]
 
@@ -317,10 +318,11 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             )
             raise
         except (Ignore, Reject) as exc:  # the body gave up on purpose: no retry
-            self._finish(run, FireState.FAILED, error=_error_text(exc))
+            self._finish(run, FireState.FAILED, error=_error_text(exc), fault=exc)
             raise
         except (SoftTimeLimitExceeded, TimeLimitExceeded) as exc:
-            self._finish(run, FireState.TIMED_OUT, error=self._timeout_text(run, exc))
+            # The traceback says where the body was when its time box ended.
+            self._finish(run, FireState.TIMED_OUT, error=self._timeout_text(run, exc), fault=exc)
             raise
         except Exception as exc:
             if int(request.retries or 0) < run.max_retries:
@@ -344,9 +346,9 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
                 except Retry:
                     raise
                 except Exception as failed:  # the retry could not be sent
-                    self._finish(run, FireState.FAILED, error=_error_text(failed))
+                    self._finish(run, FireState.FAILED, error=_error_text(failed), fault=failed)
                     raise
-            self._finish(run, FireState.FAILED, error=_error_text(exc))
+            self._finish(run, FireState.FAILED, error=_error_text(exc), fault=exc)
             raise
         except BaseException as exc:
             if _pool_hard_limit(exc):
@@ -355,9 +357,10 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
                     run,
                     FireState.TIMED_OUT,
                     error=f"killed by the hard time limit ({limit}s, {type(exc).__name__})",
+                    fault=exc,
                 )
             else:
-                self._finish(run, FireState.FAILED, error=_error_text(exc))
+                self._finish(run, FireState.FAILED, error=_error_text(exc), fault=exc)
             raise
         if run.saw_out_of_time or (run.deadline is not None and run.now() >= run.deadline):
             self._finish(
@@ -382,14 +385,23 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         result: Any = None,
         error: str | None = None,
         hold: float | None = None,
+        fault: BaseException | None = None,
     ) -> None:
         assert run.task_id is not None
         live = liveness_for(self.app)
         for _attempt in range(2):
             try:
-                # The soft time limit may strike while we write: try once more.
+                # The soft time limit may strike while we write: try once more. What the
+                # failures view shows beside ``error``: the traceback, bounded, scrubbed.
+                detail = None if fault is None else failure_detail(fault, self.app)
                 ended = live.finish(
-                    run.task_id, state, result=result, error=error, hold=hold, run=run.rerun
+                    run.task_id,
+                    state,
+                    result=result,
+                    error=error,
+                    detail=detail,
+                    hold=hold,
+                    run=run.rerun,
                 )
             except SoftTimeLimitExceeded:
                 state, hold = FireState.TIMED_OUT, None

@@ -29,6 +29,8 @@ from .settings import revisions
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = (
+    "alerts",
+    "audit",
     "list",
     "show",
     "add",
@@ -41,6 +43,10 @@ COMMANDS = (
     "history",
     "run-now",
     "validate",
+    "import",
+    "export",
+    "apply",
+    "check",
     "migrate",
     "health",
     "prune",

@@ -48,7 +48,8 @@ def test_a_new_name_is_created_with_its_timer_in_canonical_form() -> None:
     (change,) = result.changes
     assert change.action == "create"
     assert change.fields["timer"] == (None, "0 9 * * *")
-    assert change.incoming is not None and change.incoming.values["tz"] == "Europe/Berlin"
+    assert change.incoming is not None
+    assert change.incoming.values["tz"] == "Europe/Berlin"
     assert result.counts()["create"] == 1
 
 
@@ -155,3 +156,19 @@ def test_disabled_or_unreadable_timers_plan_as_every_other_window_does() -> None
     parsed = parse_timer("0 9 * * *", tz="UTC")
     assert policy.adopted_plan(parsed, NOW, last_run_at=None, start_at=None, enabled=False) is None
     assert policy.adopted_plan(None, NOW, last_run_at=None, start_at=None, enabled=True) == EPOCH
+
+
+def test_an_import_rerun_keeps_the_switch_and_the_interval_grid_it_came_over_with() -> None:
+    """Disabling the task in the old scheduler hands it over: a rerun must not switch it
+    off here, nor move its interval grid to the old scheduler's newer last run."""
+    current = {
+        "every": stored("every", timer="every 3s from 2026-03-02T11:00:00Z",
+                        timer_kind="interval", tz="UTC"),
+    }  # fmt: skip
+    rerun = incoming("every", timer="every 3s", kind="interval", tz="UTC", enabled=False)
+    assert actions(plan([rerun], current)) == [("unchanged", "every")]
+    changed = incoming("every", timer="every 5s", kind="interval", tz="UTC")
+    assert list(plan([changed], current).changes[0].fields) == ["timer"]
+    # apply manages the whole definition, the enabled flag included
+    applied = plan([rerun], current, manage_all=True)
+    assert set(applied.changes[0].fields) == {"enabled", "timer"}

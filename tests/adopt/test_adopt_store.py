@@ -55,7 +55,8 @@ def test_a_rerun_changes_nothing_and_an_edit_in_the_source_updates(store: Store)
     adopt(store, reads)
     before = {t.name: t for t in store.list()}
     plan, done = adopt(store, reads)
-    assert plan.counts()["unchanged"] == 2 and not plan.writes
+    assert plan.counts()["unchanged"] == 2
+    assert not plan.writes
     assert done.created == done.updated == ()
     assert {t.name: t for t in store.list()} == before
     plan, done = adopt(store, [incoming("hourly", "*/30 * * * *"), reads[1]])
@@ -82,7 +83,7 @@ def test_nothing_is_half_imported(store: Store) -> None:
 def test_prune_disables_then_removes_with_the_ledger(store: Store) -> None:
     adopt(store, [incoming("keep"), incoming("gone", last_run_at=T0 - timedelta(hours=2))])
     store.add("mine", task="app.mine", timer="@daily")
-    plan, done = adopt(store, [incoming("keep")], prune=True)
+    _plan, done = adopt(store, [incoming("keep")], prune=True)
     assert done.removed == ("gone",)
     assert sorted(t.name for t in store.list()) == ["keep", "mine"]
 
@@ -94,7 +95,8 @@ def test_a_rerun_carries_over_a_run_the_old_scheduler_made_since(store: Store) -
     assert store.get("hourly").next_run == T0 - timedelta(hours=1)  # due: caught up
     plan, done = adopt(store, [incoming("hourly", last_run_at=T0 - timedelta(seconds=3595))])
     (change,) = plan.changes
-    assert change.action == "update" and list(change.fields) == ["last_fire"]
+    assert change.action == "update"
+    assert list(change.fields) == ["last_fire"]
     assert done.updated == ("hourly",)
     task = store.get("hourly")
     assert task.last_fire == T0 - timedelta(seconds=3595)

@@ -129,9 +129,15 @@ def test_list_shows_the_columns(client: Any, store: Store) -> None:
     assert "mail_channel:1" in page
     first = parse_timer("0 9 * * 1-5", tz="Europe/Paris").next_after(T0)
     assert first is not None
-    assert f"{first.astimezone(ZoneInfo('Europe/Paris')):%Y-%m-%d %H:%M:%S} CET" in page
+    # Times in the display zone (Django's current one), named in the column's header.
+    from django.utils import timezone as django_tz
+
+    display = django_tz.get_current_timezone_name()
+    moment = first.astimezone(ZoneInfo(display))
+    assert f'{moment:%Y-%m-%d}</span> <span class="cronstore-when">{moment:%H:%M:%S}' in page
+    assert f"next fire ({display.lower()})" in page.lower().replace("\u200b", "")
     assert "disabled" in page
-    for header in ("last fire", "last outcome", "error", "owner", "enabled"):
+    for header in ("last outcome", "error", "owner", "enabled"):
         assert f">{header.capitalize()}<" in page or f">{header}<" in page.lower()
 
 
@@ -343,6 +349,26 @@ def test_orm_writes_are_refused() -> None:
         PeriodicTask(name="x").save()
 
 
+def test_a_changed_expression_left_at_the_stored_kind_is_detected_again(
+    client: Any, store: Store
+) -> None:
+    """Issue 24: the kind select shows the stored kind; "every 5m" over a cron timer used to
+    be parsed as cron ("a cron expression has 5 fields")."""
+    store.add("five", task="mail.poll", timer="*/5 * * * *")
+    url = f"{URL}{pk_of(store, 'five')}/change/"
+    response = client.post(url, form_of(store, "five", timer="every 5m", timer_kind="cron"))
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    saved = store.get("five")
+    assert (saved.timer_kind, saved.timer) == ("interval", "every 5m")
+    # A kind changed on purpose is honoured; one the expression is not of is refused.
+    chosen = client.post(url, form_of(store, "five", timer="every 10m", timer_kind="cron"))
+    assert chosen.status_code == 200
+    error = chosen.context["adminform"].form.errors["timer"][0]
+    assert "the timer kind is cron but the expression reads as interval" in error
+    assert "'every 10m'" in error
+    assert store.get("five") == saved
+
+
 # -- actions, history, delete -------------------------------------------------------------------
 
 
@@ -376,6 +402,17 @@ def test_enable_disable_and_run_now(client: Any, store: Store) -> None:
     assert "All fires, newest first" in change
     listed = text_of(client.get(URL, {"q": "report"}))
     assert '<td class="field-last_outcome">published</td>' in listed
+
+
+def test_run_now_refuses_a_disabled_task(client: Any, store: Store) -> None:
+    """Issue 24: it said "Sent" and the worker's guard then dropped the fire."""
+    seed(store)
+    response = act(client, "run_tasks_now", pk_of(store, "cleanup"), pk_of(store, "report"))
+    page = text_of(response)
+    assert "Cleanup: periodic task 'cleanup' is disabled: enable it first" in page
+    assert "Sent: report." in page
+    assert store.history("cleanup") == []
+    assert len(store.history("report")) == 1
 
 
 def test_run_now_without_a_celery_app_says_how_to_name_it(client: Any, store: Store) -> None:

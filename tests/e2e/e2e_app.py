@@ -40,6 +40,26 @@ if os.environ.get("E2E_REDBEAT_URL"):  # a switch from RedBeat (tests/e2e/test_s
     app.conf.redbeat_lock_timeout = 5
     app.conf.beat_max_loop_interval = 0.5
 
+if os.environ.get("E2E_DJANGO_SQLITE"):  # django-celery-beat's beat (tests/e2e/test_switch.py)
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        DATABASES={
+            "default": {
+                "ENGINE": "django.db.backends.sqlite3",
+                "NAME": os.environ["E2E_DJANGO_SQLITE"],
+            }
+        },
+        INSTALLED_APPS=["django_celery_beat"],
+        USE_TZ=True,
+        TIME_ZONE="UTC",
+        DEFAULT_AUTO_FIELD="django.db.models.AutoField",
+    )
+    django.setup()
+    app.conf.beat_sync_every = 1  # last_run_at reaches the table at every run
+    app.conf.beat_max_loop_interval = 0.5
+
 
 @app.task(name="e2e.record", bind=True)
 def record(self, *args: object) -> None:  # type: ignore[no-untyped-def]

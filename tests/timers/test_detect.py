@@ -10,8 +10,10 @@ from celery_cronstore.timers import (
     IntervalTimer,
     OnceTimer,
     detect_kind,
+    edit_kind,
     is_valid,
     parse_timer,
+    shown_zone,
 )
 
 
@@ -80,3 +82,46 @@ def test_a_crontab_line_of_the_wrong_size_says_cron_needs_five_or_six_fields(
     the date")."""
     with pytest.raises(TimerSyntaxError, match=rf"cron needs 5 or 6 fields .* got {count}"):
         parse_timer(expression)
+
+
+@pytest.mark.parametrize(
+    ("given", "shown", "timer_changed", "expected"),
+    [
+        # The command line and the API: a kind is only given on purpose.
+        (None, None, True, None),  # a new expression is detected afresh
+        (None, None, False, "cron"),  # a zone-only edit keeps the stored kind
+        ("cron", None, True, "cron"),  # given: honoured
+        # A form posts back the kind it showed (the stored one).
+        ("cron", "cron", True, None),  # left as shown, the expression changed: detect
+        ("cron", "cron", False, "cron"),
+        ("", "cron", True, None),  # blanked ("detect"): detect
+        ("interval", "cron", True, "interval"),  # changed on purpose: honoured
+        ("interval", "cron", False, "interval"),
+    ],
+)
+def test_edit_kind_is_one_rule_for_every_window(
+    given: str | None, shown: str | None, timer_changed: bool, expected: str | None
+) -> None:
+    assert edit_kind(given, stored="cron", shown=shown, timer_changed=timer_changed) == expected
+
+
+def test_a_named_kind_the_expression_is_not_of_names_both() -> None:
+    with pytest.raises(TimerSyntaxError) as caught:
+        parse_timer("every 5m", kind="cron")
+    message = str(caught.value)
+    assert message.startswith("the timer kind is cron but the expression reads as interval")
+    assert "leave the kind blank" in message
+    assert message.endswith("not 2 in 'every 5m'")  # the grammar's own complaint follows
+
+
+@pytest.mark.parametrize(
+    ("kind", "shown"),
+    [
+        ("interval", None),
+        ("cron", "Asia/Tokyo"),
+        ("calendar", "Asia/Tokyo"),
+        ("once", "Asia/Tokyo"),
+    ],
+)
+def test_only_an_interval_shows_no_zone(kind: str, shown: str | None) -> None:
+    assert shown_zone(kind, "Asia/Tokyo") == shown

@@ -145,7 +145,10 @@ def test_add_then_list_and_show_every_option(run: Run) -> None:
     run("add", "tick", "--task", "t.tick", "--timer", "every 5m", "--disabled")
 
     table = run("list").output.splitlines()
-    assert table[0].split() == ["NAME", "TIMER", "NEXT", "RUN", "LAST", "RUN", "LAST", "STATE"]
+    assert table[0].split() == [
+        *("NAME", "TIMER", "NEXT", "RUN", "(UTC)", "LAST", "RUN", "(UTC)", "LAST", "STATE"),
+        *("FAILURES", "LAST", "SUCCESS", "(UTC)", "LATE", "BY"),
+    ]
     assert table[1].startswith("report")
     assert "30 9 * * mon-fri (Europe/Berlin)" in table[1]
     assert table[2].startswith("tick")
@@ -303,7 +306,7 @@ def test_run_now_publishes_under_the_ledger_task_id(app: Celery, run: Run, store
     out = run("run-now", "a").output
     assert out.startswith("sent a (cli.unregistered) as task id ")
     history = run("history", "a").output.splitlines()
-    assert history[0].split()[:4] == ["FIRE", "TIME", "STATE", "TASK"]
+    assert history[0].split()[:5] == ["FIRE", "TIME", "(UTC)", "STATE", "TASK"]
     assert len(history) == 3
     assert sent["task_id"] in history[2]
     assert len(as_json(run("--json", "history", "a", "-n", "1"))) == 1
@@ -318,6 +321,36 @@ def test_run_now_respects_the_allowlist(db_url: str) -> None:
     assert "task 'danger.rm' is not in cronstore_task_allowlist, or give --force" in refused
     run("add", "a", "--task", "danger.rm", "--timer", "every 1h", "--force")
     assert "not in cronstore_task_allowlist" in run("run-now", "a", code=1).stderr
+
+
+def test_run_now_refuses_a_disabled_task(run: Run, store: Store) -> None:
+    """Issue 24: it said "sent" and the worker's guard then dropped the fire."""
+    run("add", "a", "--task", "t.a", "--timer", "every 1h", "--disabled")
+    refused = run("run-now", "a", code=1).stderr
+    assert "periodic task 'a' is disabled: enable it first" in refused
+    assert store.history("a") == []  # nothing claimed
+
+
+def test_an_interval_shows_no_zone(run: Run) -> None:
+    """Issue 24: an interval's zone has no effect on it, so list and show name none."""
+    run("add", "tick", "--task", "t.tick", "--timer", "every 5m", "--tz", "Europe/Berlin")
+    run("add", "noon", "--task", "t.noon", "--timer", "0 12 * * *", "--tz", "Europe/Berlin")
+    rows = {line.split()[0]: line for line in run("list").output.splitlines()[1:]}
+    assert "Europe/Berlin" not in rows["tick"]
+    assert "0 12 * * * (Europe/Berlin)" in rows["noon"]
+    assert "tz:              - (no effect on an interval)" in run("show", "tick").output
+    assert "tz:              Europe/Berlin" in run("show", "noon").output
+
+
+def test_edit_detects_a_new_expression_s_kind_and_honours_a_given_one(
+    run: Run, store: Store
+) -> None:
+    run("add", "a", "--task", "t.a", "--timer", "*/5 * * * *")
+    run("edit", "a", "--timer", "every 5m")
+    assert store.get("a").timer_kind == "interval"
+    refused = run("edit", "a", "--timer", "every 10m", "--kind", "cron", code=2).stderr
+    assert "the timer kind is cron but the expression reads as interval" in refused
+    assert store.get("a").timer == "every 5m"
 
 
 def test_history_of_a_task_that_never_fired(run: Run) -> None:
@@ -400,7 +433,9 @@ def test_missing_schema_names_the_fix(tmp_path: Path) -> None:
     run = runner_for(app)
     message = run("list", code=1).stderr
     assert "fresh.sqlite does not exist" in message
-    assert f"run `celery -A {app.main} cronstore migrate`" in message
+    # Run without -A (the test's CLIContext): a placeholder, never the app's own name.
+    assert "run `celery -A <your -A module> cronstore migrate`" in message
+    assert app.main not in message
     assert not (tmp_path / "fresh.sqlite").exists()
     run("migrate")
     run("list")

@@ -56,6 +56,9 @@ PARSED = [
     ("abandon_policy", "rerun", "rerun"),
     ("tolerance", "0", 0.0),
     ("max_retries", "3", 3),
+    ("alert_after", "", None),
+    ("alert_after", "3 periods", "3 periods"),
+    ("alert_after", "6h", "6h"),
     ("owner", "tenant:42", ("tenant", "42")),
     ("owner", "", None),
 ]
@@ -80,6 +83,8 @@ REFUSED_TEXT = [
     ("tolerance", "nan", "tolerance must be a non-negative number of seconds, got nan"),
     ("max_retries", "-1", "max_retries must be a non-negative integer, got -1"),
     ("owner", "tenant", "owner must be TYPE:ID"),
+    ("alert_after", "soon", "alert_after 'soon': cannot read 'soon': give a number of periods"),
+    ("alert_after", "x" * 33, "alert_after is longer than 32 characters"),
     ("description", "a\x00b", "description contains a NUL character"),
     ("name", "x" * 201, "name is longer than 200 characters"),
 ]

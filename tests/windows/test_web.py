@@ -83,8 +83,10 @@ def test_task_list_shows_each_column(store: Store, client: Client, clock: Frozen
     assert "Mon..Fri *-*-* 09:30:00" in page
     assert "Europe/Berlin" in page
     assert "tenant:42" in page
-    # T0 is Monday 12:00 UTC (13:00 CET): the next fire is Tuesday 09:30 CET.
-    assert "2026-01-06 09:30:00 CET" in page
+    # T0 is Monday 12:00 UTC (13:00 CET): the next fire is Tuesday 09:30 CET, listed in
+    # the dashboard's one display zone (UTC), which the column's header names.
+    assert "<span>2026-01-06</span> <span>08:30:00 UTC</span>" in page
+    assert 'Next fire</a> <span class="zone">(UTC)</span>' in page
     assert "in 20 h" in page
 
 
@@ -134,7 +136,11 @@ def test_task_page_definition_next_fires_history_and_chart(
         claimer.mark_published(result.claims)
     page = html(client.get("/task?name=poll", headers=BEARER))
     assert "every 5 minutes" in page
-    assert page.count("<li>2026-01-05 ") == 10  # next 10 fires, in the task's zone (CET)
+    # The next 10 fires, in the display zone (UTC); an interval's zone (Berlin) has no
+    # effect on it, so the page shows none ("—") and no local times beside them.
+    assert page.count('<li><span class="when"><span>2026-01-05</span>') == 10
+    assert "<dt>Zone</dt><dd>—</dd>" in page
+    assert "CET" not in page
     assert page.count('class="state st-published"') >= 3
     assert "beat-a" in page
     assert '<svg class="chart"' in page
@@ -248,6 +254,61 @@ def test_edit_form_validates_previews_and_saves(store: Store, client: Client) ->
     )
     assert policy.status_code == 400
     assert "misfire_policy" in html(policy)
+
+
+def test_edit_form_detects_the_kind_of_a_changed_expression(store: Store, client: Client) -> None:
+    """Issue 24: the form posts back the stored kind ("cron"); "every 5m" used to be read
+    as cron and refused with a misleading parse error."""
+    store.add("five", task="app.job", timer="*/5 * * * *")
+    csrf = login(client)
+    form = html(client.get("/task/edit?name=five"))
+    assert 'data-kind="cron"' in form  # timer.js applies the same rule to its preview
+    base = {"csrf": csrf, "name": "five", "task": "app.job", "tz": "UTC", "submit": "save"}
+    preview = client.post(
+        "/task/edit",
+        data={**base, "version": "1", "timer": "every 5m", "kind": "cron", "submit": "preview"},
+    )
+    assert "(interval, UTC)" in html(preview)
+    saved = client.post(
+        "/task/edit", data={**base, "version": "1", "timer": "every 5m", "kind": "cron"}
+    )
+    assert saved.status_code == 303, html(saved)
+    got = store.get("five")
+    assert (got.timer_kind, got.timer) == ("interval", "every 5m")
+    # A kind changed on purpose is honoured, and a mismatch names both.
+    version = str(got.version)
+    chosen = client.post(
+        "/task/edit", data={**base, "version": version, "timer": "every 10m", "kind": "cron"}
+    )
+    assert chosen.status_code == 400
+    assert "the timer kind is cron but the expression reads as interval" in unescape(html(chosen))
+    assert store.get("five").timer == "every 5m"
+    # The zone alone changed: the stored kind stays.
+    zoned = client.post(
+        "/task/edit",
+        data={
+            **base,
+            "version": version,
+            "timer": "every 5m",
+            "kind": "interval",
+            "tz": "Asia/Tokyo",
+        },
+    )
+    assert zoned.status_code == 303
+    assert (store.get("five").timer_kind, store.get("five").tz) == ("interval", "Asia/Tokyo")
+
+
+def test_run_now_refuses_a_disabled_task(store: Store, client: Client) -> None:
+    """Issue 24: it said "Sent" and the worker's guard then dropped the fire."""
+    store.add("job", task="app.job", timer="every 1h", enabled=False)
+    csrf = login(client)
+    page = html(client.get("/task?name=job"))
+    assert 'value="run"' not in page
+    assert "enable it first" in page
+    refused = client.post("/task/action", data={"name": "job", "action": "run", "csrf": csrf})
+    assert refused.status_code == 409
+    assert "periodic task &#39;job&#39; is disabled: enable it first" in html(refused)
+    assert store.history("job") == []
 
 
 def test_an_edit_saved_meanwhile_wins_and_the_stale_form_is_refused(

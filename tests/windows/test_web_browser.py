@@ -159,7 +159,12 @@ def test_operator_flow_in_chromium(server: tuple[str, Store], browser: Any) -> N
     assert not store.get("nightly <report>").enabled
     assert page.locator("button[value=enable]").count() == 1
 
-    # Run it now and see the fire in its history.
+    # A disabled task offers no "Run now" (the worker would drop the fire): enable it,
+    # run it now and see the fire in its history.
+    assert page.locator("button[value=run]").count() == 0
+    assert "enable it first" in page.inner_text("#run-hint")
+    page.click("button[value=enable]")
+    page.wait_for_selector("text=Enabled.")
     page.click("button[value=run]")
     page.wait_for_selector("text=Sent one fire now")
     first = page.locator("table.history tbody tr").first
@@ -167,7 +172,6 @@ def test_operator_flow_in_chromium(server: tuple[str, Store], browser: Any) -> N
     assert "run-now requested" in first.inner_text()
 
     # Give it a beat's history for the chart and the screenshots.
-    store.enable("nightly <report>")
     store.add("poll-mailbox", task="mail.poll", timer="every 5m", owner=("mailbox", "42"))
     store.add("hourly-sync", task="sync.run", timer="0 * * * *", tz="America/New_York")
     claimer = Claimer(store, "beat@host-a:4242")

@@ -49,7 +49,14 @@ _GLOB = re.compile(r"([*?\[\]\\])")
 
 
 def read(location: str | None, context: ReadContext) -> list[Read]:
-    """Return every RedBeat entry at the Redis URL ``location``, mapped (see the module doc)."""
+    """Return every RedBeat entry at the Redis URL ``location``, mapped (see the module doc).
+
+    Without ``location``, the Redis RedBeat itself would use: the app's
+    ``redbeat_redis_url``, else its ``broker_url`` (RedBeat's own fallback).
+    """
+    conf = getattr(context.app, "conf", None)
+    if not location and conf is not None:
+        location = conf.get("redbeat_redis_url") or conf.get("broker_url")
     if not location:
         raise ValueError(
             "give the Redis URL RedBeat uses (its redbeat_redis_url), e.g. "

@@ -14,9 +14,10 @@ from django.utils.html import format_html
 from celery_cronstore.errors import CronstoreError
 from celery_cronstore.timers import parse_timer
 
-__all__ = ["action", "describe", "display", "html", "local"]
+__all__ = ["action", "describe", "display", "html", "in_zone", "local", "shown"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_SLASH = "/\u200b"
 
 
 def display(**kwargs: Any) -> Callable[[_F], _F]:
@@ -44,6 +45,34 @@ def local(instant: datetime | None, tz: str) -> str:
         zone = timezone.utc
     moment = instant.astimezone(zone)
     return f"{moment:%Y-%m-%d %H:%M:%S} {moment.tzname() or tz}"
+
+
+def shown(instant: datetime | None) -> str:
+    """Return ``instant`` in the admin's display zone: Django's current time zone (the
+    ``TIME_ZONE`` setting, or one activated for the request), the zone of every time in
+    a list column, so that a column reads in one zone. It may wrap between the date and
+    the time, never inside either."""
+    from django.utils import timezone as django_tz
+
+    day, _, rest = local(instant, django_tz.get_current_timezone_name()).partition(" ")
+    if not rest:
+        return day
+    return html(
+        '<span class="cronstore-when">{}</span> <span class="cronstore-when">{}</span>', day, rest
+    )
+
+
+def in_zone(title: str) -> Any:
+    """Return a column title naming the display zone, read when the page is drawn."""
+    from django.utils import timezone as django_tz
+    from django.utils.functional import lazy
+
+    def text() -> str:
+        # A zero-width space after each slash lets "(America/Chicago)" wrap in a narrow
+        # header (the admin escapes a column title: no <wbr>).
+        return f"{title} ({django_tz.get_current_timezone_name().replace('/', _SLASH)})"
+
+    return lazy(text, str)()
 
 
 @functools.lru_cache(maxsize=4096)

@@ -20,6 +20,7 @@ from celery_cronstore.contrib.django import conf
 from celery_cronstore.contrib.django.models import PeriodicTask
 from celery_cronstore.errors import DuplicateTaskError, EditConflictError, TimerError
 from celery_cronstore.records import PeriodicTask as TaskRecord
+from celery_cronstore.timers import edit_kind
 
 __all__ = ["PeriodicTaskForm", "build_form", "edited", "field_of", "form_fields"]
 
@@ -62,6 +63,9 @@ def _json_widget() -> forms.Textarea:
 class PeriodicTaskForm(forms.ModelForm):  # type: ignore[misc]  # Django ships no types
     """Add or edit a periodic task; a valid form has been written through the store."""
 
+    #: Who writes, for the audit trail (the admin sets it per request: ``build_form``).
+    actor = "admin"
+
     #: The ``version`` the change page was opened on: the store saves only over it.
     loaded_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
@@ -73,6 +77,9 @@ class PeriodicTaskForm(forms.ModelForm):  # type: ignore[misc]  # Django ships n
         super().__init__(*args, **kwargs)
         #: The name the task had when the form opened (``None`` when adding).
         self.original_name: str | None = self.instance.name if self.instance.pk else None
+        #: The timer and kind as stored (the model instance takes the posted values
+        #: before the write): an edit's kind is decided against them.
+        self.stored_timer: tuple[str, str] = (self.instance.timer, self.instance.timer_kind)
         if self.original_name is not None:
             self.fields["loaded_version"].initial = self.instance.version
             self.fields["loaded_version"].required = True
@@ -120,7 +127,8 @@ class PeriodicTaskForm(forms.ModelForm):  # type: ignore[misc]  # Django ships n
             f.name: data[f.key] for f in fields.table() if f.key in data and f.name != "owner"
         }
         values["owner"] = (data["owner_type"], data["owner_id"]) if data.get("owner_type") else None
-        store = conf.checked_store()
+        # Recorded in the audit trail as the admin user's (``build_form(actor=...)``).
+        store = conf.checked_store().acting(self.actor, "admin")
         try:
             if self.original_name is None:
                 self.record = store.add(values.pop("name"), force=False, **values)
@@ -145,7 +153,19 @@ class PeriodicTaskForm(forms.ModelForm):  # type: ignore[misc]  # Django ships n
         changes = {k: v for k, v in values.items() if keys.get(k, k) in changed}
         if changed & set(_TIMER):
             # A timer is validated (and re-planned) as a whole: expression, kind and zone.
-            changes.update(timer=values["timer"], kind=values["kind"], tz=values["tz"])
+            # The kind select shows the stored kind: left so while the expression changed,
+            # it is detected again, as every window does (timers.edit_kind).
+            timer, kind = self.stored_timer
+            changes.update(
+                timer=values["timer"],
+                kind=edit_kind(
+                    values["kind"] or None,
+                    stored=kind,
+                    shown=kind,
+                    timer_changed=values["timer"] != timer,
+                ),
+                tz=values["tz"],
+            )
         if changed & {"owner_type", "owner_id"}:
             changes["owner"] = values["owner"]
         return changes
@@ -183,11 +203,11 @@ def form_fields(exclude: tuple[str, ...] = ()) -> dict[str, forms.Field]:
     }
 
 
-def build_form(exclude: tuple[str, ...] = ()) -> type[PeriodicTaskForm]:
+def build_form(exclude: tuple[str, ...] = (), actor: str = "admin") -> type[PeriodicTaskForm]:
     """Return the admin form with one field per table entry (read now), but ``exclude``
-    (the read-only ones)."""
+    (the read-only ones), writing as ``actor`` (a class made per request: one user's)."""
     metaclass: Any = type(PeriodicTaskForm)
     form: type[PeriodicTaskForm] = metaclass(
-        "PeriodicTaskForm", (PeriodicTaskForm,), form_fields(exclude)
+        "PeriodicTaskForm", (PeriodicTaskForm,), {**form_fields(exclude), "actor": actor}
     )
     return form

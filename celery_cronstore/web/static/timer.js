@@ -32,10 +32,21 @@
     box.append(p, list);
   }
 
+  // The kind the timer is read as: the server's rule (timers.edit_kind). The form shows
+  // the stored kind; left so while the expression changed, it is detected again.
+  function kind() {
+    const stored = form.dataset.kind;
+    const chosen = fields[1].value;
+    if (stored !== undefined && chosen === stored && fields[0].value.trim() !== form.dataset.timer) {
+      return "";
+    }
+    return chosen;
+  }
+
   async function check() {
     const mine = ++sequence;
     const query = new URLSearchParams({
-      timer: fields[0].value, kind: fields[1].value, tz: fields[2].value,
+      timer: fields[0].value, kind: kind(), tz: fields[2].value,
     });
     try {
       const response = await fetch(`${form.dataset.preview}?${query}`, {

@@ -15,6 +15,7 @@ null), ``fields`` go to ``PeriodicTask.objects.create``, ``force`` to a queryset
 version leaves rows) and ``schedule_force`` likewise to the schedule row (a zone name the
 tz database no longer has). Datetimes are ISO-8601 text. Prints ``{name: id}`` as JSON.
 
+With ``--disable NAME...`` it only disables those tasks (``save()``, as its admin does).
 With ``--read`` it then reads everything back through cronstore's reader on the Django
 ORM (``read(None, ...)``) and prints a summary of each row instead.
 """
@@ -71,6 +72,12 @@ def main() -> None:
     from django_celery_beat import models as dcb
 
     call_command("migrate", verbosity=0)
+    if "--disable" in sys.argv[1:]:  # the switch: disable tasks the way its admin does
+        for name in sys.argv[sys.argv.index("--disable") + 1 :]:
+            task = dcb.PeriodicTask.objects.get(name=name)
+            task.enabled = False
+            task.save()
+        return
     kinds = {
         "crontab": dcb.CrontabSchedule,
         "interval": dcb.IntervalSchedule,
