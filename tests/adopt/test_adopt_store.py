@@ -103,3 +103,60 @@ def test_a_rerun_carries_over_a_run_the_old_scheduler_made_since(store: Store) -
     assert task.next_run == T0
     again, _ = adopt(store, [incoming("hourly", last_run_at=T0 - timedelta(hours=2))])
     assert again.counts()["unchanged"] == 1, "an older run never moves the last fire back"
+
+
+def test_a_task_django_celery_beat_still_fires_is_held_until_it_lets_go(
+    tmp_path: Any, clock: Any
+) -> None:
+    """Both in one database: while django-celery-beat has the task enabled, beat plans it
+    and records each fire dropped with the reason; once disabled there, the next is sent."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "shared.sqlite"
+    peers = Path(__file__).parent / "peers" / "make_dcb.py"
+
+    def dcb(tasks: list[dict[str, Any]], *extra: str) -> None:
+        env = {**os.environ, "DCB_DATABASE_URL": f"sqlite:///{path}"}
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        done = subprocess.run(
+            [sys.executable, str(peers), *extra],
+            input=json.dumps({"tasks": tasks}),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+
+    hourly = {"crontab": {"minute": "0", "hour": "*"}}
+    dcb([{"name": "report", "task": "app.report", "schedule": hourly}])
+    store = Store(f"sqlite:///{path}", clock=clock)
+    store.upgrade()
+    try:
+        from celery_cronstore.adopt.records import ReadContext
+        from celery_cronstore.adopt.sources import django_celery_beat
+        from celery_cronstore.store.peers import peer_warnings
+
+        reads = django_celery_beat.read(f"sqlite:///{path}", ReadContext())
+        plan = make_plan(reads, {}, source="dcb", default_tz="UTC")
+        store.adopt(plan, source="dcb")
+        (warning,) = peer_warnings(store.db, "django-celery-beat", ["report"])
+        assert "still enabled in django-celery-beat (report)" in warning
+        claimer = Claimer(store, "beat-a")
+        clock.advance(timedelta(hours=1))
+        assert claimer.claim_due().claims == []
+        (held,) = store.history("report")
+        assert held.state == "dropped"
+        assert "django-celery-beat still has this task enabled" in (held.reason or "")
+        assert store.get("report").error is None  # planned on, not put in error
+        dcb([], "--disable", "report")
+        clock.advance(timedelta(hours=1))
+        claims = claimer.claim_due().claims
+        assert [c.name for c in claims] == ["report"]
+    finally:
+        store.close()
