@@ -8,10 +8,11 @@ and ended between two looks gets its end alone, which Sentry takes as a whole ru
 
 The check-in id is the fire's own (its deterministic Celery task id, as hex), so the
 start and the end of one fire are one check-in in Sentry, and the same report sent by two
-beat replicas, or again after a restart, lands on that same check-in. After a start,
-beat reports the newest fires that changed within :data:`CATCH_UP` (those the beat before
-it may not have). Cron and interval timers also send their schedule (``monitor_config``):
-Sentry then creates the monitor and says when a check-in is missing.
+beat replicas, or again after a restart, lands on that same check-in. What changed since
+the last look (and, after a start, the catch-up of :data:`CATCH_UP`) is decided by
+:class:`~celery_cronstore.beat.changes.Changes`, shared with the ping URLs. Cron and
+interval timers also send their schedule (``monitor_config``): Sentry then creates the
+monitor and says when a check-in is missing.
 
 We call only ``sentry_sdk``'s public API: ``is_initialized()`` and
 ``sentry_sdk.crons.capture_checkin``; the SDK's own transport sends the envelope.
@@ -19,21 +20,19 @@ We call only ``sentry_sdk``'s public API: ``is_initialized()`` and
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from celery_cronstore.policy.alerts import BAD_ENDS
+from celery_cronstore.beat.changes import CATCH_UP, FAIL, OK, START, Changes, progress, run_id
 from celery_cronstore.records import Fire
-from celery_cronstore.states import WORKER_RUNNING, FireState
 from celery_cronstore.store.alerts import NewestFire
 from celery_cronstore.timers import parse_timer
 
 __all__ = ["CATCH_UP", "SentryCheckins", "checkin_status", "monitor_config", "sentry_active"]
 
-#: After a start, how far back a fire's change is still reported.
-CATCH_UP = timedelta(minutes=10)
+#: Sentry's status of each progress.
+_STATUS = {START: "in_progress", OK: "ok", FAIL: "error"}
 # Sentry's interval units, largest first, in seconds (months and years are not fixed).
 _UNITS = (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60))
 
@@ -49,13 +48,8 @@ def sentry_active() -> bool:
 
 def checkin_status(state: str) -> str | None:
     """Return the Sentry status a fire in ``state`` reports (``None``: nothing yet)."""
-    if state in WORKER_RUNNING:
-        return "in_progress"
-    if state == FireState.SUCCEEDED:
-        return "ok"
-    if state in BAD_ENDS:
-        return "error"
-    return None  # claimed, sending, published (not running yet), skipped (on purpose)
+    step = progress(state)
+    return None if step is None else _STATUS[step]
 
 
 def monitor_config(kind: str, expression: str, tz: str) -> dict[str, Any] | None:
@@ -81,26 +75,13 @@ def _duration(fire: Fire) -> float | None:
     return max((fire.finished_at - fire.started_at).total_seconds(), 0.0)
 
 
-def _checkin_id(task_id: str) -> str:
-    """Return the fire's task id as Sentry's 32 hex digits (a non-UUID one, as written by
-    raw SQL, is hashed to one)."""
-    try:
-        return uuid.UUID(task_id).hex
-    except ValueError:
-        return uuid.uuid5(uuid.NAMESPACE_URL, task_id).hex
-
-
-def _changed_at(fire: Fire) -> datetime:
-    return fire.finished_at or fire.started_at or fire.fire_time
-
-
 class SentryCheckins:
-    """What this beat reported to Sentry, per task, and the next report (see the module)."""
+    """What this beat reported to Sentry, per task, and the next report (see the module).
+
+    The tracking is its own :class:`Changes`: every enabled task is a monitor."""
 
     def __init__(self) -> None:
-        #: ``task name -> (fire task id, status)`` last reported (only enabled tasks).
-        self._reported: dict[str, tuple[str, str]] = {}
-        self._primed = False
+        self._changes = Changes()
         #: Check-ins sent so far (logs, tests).
         self.sent = 0
 
@@ -108,29 +89,16 @@ class SentryCheckins:
         """Report each task's newest fire if it changed; return how many were sent."""
         from sentry_sdk.crons import capture_checkin
 
-        reported: dict[str, tuple[str, str]] = {}
         sent = 0
-        for row in newest:
+        for row, step in self._changes.look(newest, now):
             fire = row.fire
-            status = checkin_status(fire.state)
-            previous = self._reported.get(row.name)
-            if status is None:
-                if previous is not None:
-                    reported[row.name] = previous
-                continue
-            key = (fire.task_id, status)
-            reported[row.name] = key
-            if previous == key or (not self._primed and now - _changed_at(fire) > CATCH_UP):
-                continue
             capture_checkin(
                 monitor_slug=row.name,
-                check_in_id=_checkin_id(fire.task_id),
-                status=status,
-                duration=_duration(fire) if status != "in_progress" else None,
+                check_in_id=run_id(fire.task_id).hex,
+                status=_STATUS[step],
+                duration=_duration(fire) if step != START else None,
                 monitor_config=monitor_config(row.timer_kind, row.timer, row.tz),  # type: ignore[arg-type]
             )
             sent += 1
-        self._reported = reported  # tasks removed or disabled are forgotten: bounded
-        self._primed = True
         self.sent += sent
         return sent

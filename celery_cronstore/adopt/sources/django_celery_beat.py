@@ -82,6 +82,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from celery_cronstore.adopt.records import Read, ReadContext
+from celery_cronstore.adopt.sources.peer_rows import TASK_COLUMNS as _TASK_COLUMNS
 from celery_cronstore.adopt.sources.peer_rows import PeerRow, instant, map_row
 
 __all__ = [
@@ -104,27 +105,6 @@ KINDS: dict[str, tuple[str, str]] = {
     "clocked": ("django_celery_beat_clockedschedule", "clocked_id"),
     "solar": ("django_celery_beat_solarschedule", "solar_id"),
 }
-_TASK_COLUMNS = (
-    "id",
-    "name",
-    "task",
-    "enabled",
-    "args",
-    "kwargs",
-    "queue",
-    "exchange",
-    "routing_key",
-    "priority",
-    "headers",
-    "expires",
-    "expire_seconds",
-    "one_off",
-    "start_time",
-    "last_run_at",
-    "total_run_count",
-    "date_changed",
-    "description",
-)
 
 
 # -- reading -----------------------------------------------------------------------------

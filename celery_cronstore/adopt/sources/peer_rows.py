@@ -23,7 +23,30 @@ from celery_cronstore.adopt.records import Incoming, Read, ReadContext, Refused
 from celery_cronstore.errors import TimerSyntaxError
 from celery_cronstore.timers import Timer, parse_timer
 
-__all__ = ["PeerRow", "instant", "map_row"]
+__all__ = ["TASK_COLUMNS", "PeerRow", "instant", "map_row"]
+
+#: The periodic task columns both peers keep (by django-celery-beat's names).
+TASK_COLUMNS = (
+    "id",
+    "name",
+    "task",
+    "enabled",
+    "args",
+    "kwargs",
+    "queue",
+    "exchange",
+    "routing_key",
+    "priority",
+    "headers",
+    "expires",
+    "expire_seconds",
+    "one_off",
+    "start_time",
+    "last_run_at",
+    "total_run_count",
+    "date_changed",
+    "description",
+)
 
 _UTC = timezone.utc
 #: Seconds in one unit of an interval's ``period`` (microseconds: see ``_interval``).

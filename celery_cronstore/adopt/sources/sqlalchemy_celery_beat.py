@@ -33,7 +33,7 @@ import sqlalchemy as sa
 
 from celery_cronstore.adopt.records import Read, ReadContext
 from celery_cronstore.adopt.sources.django_celery_beat import open_engine, read_only
-from celery_cronstore.adopt.sources.peer_rows import PeerRow, map_row
+from celery_cronstore.adopt.sources.peer_rows import TASK_COLUMNS, PeerRow, map_row
 
 __all__ = ["DISCRIMINATORS", "TASK_TABLE", "read"]
 
@@ -47,25 +47,7 @@ DISCRIMINATORS: dict[str, tuple[str, str]] = {
     "solarschedule": ("solar", "celery_solarschedule"),
 }
 _TASK_COLUMNS = (
-    "id",
-    "name",
-    "task",
-    "enabled",
-    "args",
-    "kwargs",
-    "queue",
-    "exchange",
-    "routing_key",
-    "priority",
-    "headers",
-    "expires",
-    "expire_seconds",
-    "one_off",
-    "start_time",
-    "last_run_at",
-    "total_run_count",
-    "date_changed",
-    "description",
+    *TASK_COLUMNS,
     "discriminator",
     "schedule_id",
 )
