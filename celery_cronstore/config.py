@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = ["Config"]
 
@@ -227,6 +228,17 @@ class Config:
             " neither evaluates nor delivers alerts."
         },
     )
+    alert_pings: dict[str, str] = field(
+        default_factory=dict,
+        repr=False,  # a ping URL's path is its secret
+        metadata={
+            "help": "Alerts: ping URLs (healthchecks.io, Cronitor, Better Stack heartbeats) by"
+            ' task name or shell-style pattern (``{"billing-*": "https://hc-ping.com/<uuid>"}``;'
+            " the task's own name wins, then the first matching pattern): each pass, beat GETs"
+            " ``<url>/start``, ``<url>`` or ``<url>/fail`` as the task's newest fire starts,"
+            " succeeds or ends badly, with ``?rid=<fire task id>``."
+        },
+    )
 
     @classmethod
     def from_app(cls, app: Any) -> Config:
@@ -277,6 +289,31 @@ def _check_alerts(values: dict[str, Any]) -> None:
             "cronstore_alert_webhook must be an http:// or https:// URL, got "
             f"{hook.split(':', 1)[0]!r} (a URL's scheme)"
         )
+    for name, url in values.get("alert_pings", {}).items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(
+                "cronstore_alert_pings: each key must be a task name or a shell-style pattern"
+                f' such as "billing-*", got {name!r}'
+            )
+        _check_ping(name, url)
+
+
+def _check_ping(name: str, url: Any) -> None:
+    """Refuse a ping URL that is not ``http(s)://host...``, naming the entry but not the
+    URL (its path is its secret)."""
+    if not isinstance(url, str):
+        problem = f"got a value of type {type(url).__name__}"
+    elif "://" not in url:
+        problem = "got no scheme (write https://...)"
+    elif not url.lower().startswith(("http://", "https://")):
+        problem = f"got scheme {url.split('://', 1)[0]!r}"
+    elif not urlsplit(url).netloc.rpartition("@")[2]:
+        problem = "got no host"
+    else:
+        return
+    raise ValueError(
+        f"cronstore_alert_pings[{name!r}] must be an http:// or https:// URL: {problem}"
+    )
 
 
 #: Number settings for which zero means something (no slack; keep history forever; claim

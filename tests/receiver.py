@@ -83,6 +83,8 @@ def _handler(state: Receiver) -> type[BaseHTTPRequestHandler]:
             with contextlib.suppress(OSError):  # the sender gave up waiting
                 self.wfile.write(b"{}")
 
+        do_GET = do_POST  # ping URLs (GET, no body): recorded and answered the same way
+
         def log_message(self, *args: object) -> None:  # quiet
             pass
 

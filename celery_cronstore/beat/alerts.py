@@ -13,8 +13,10 @@ A pass (:meth:`AlertRunner.run_once`) has three steps, each a few set-based read
    error and the next attempt (doubling back-off, :func:`~celery_cronstore.policy.alerts.
    retry_delay`). The state lives in the row, so a restarted beat, or another replica,
    goes on where this one stopped: nothing is sent twice, nothing is lost.
-3. **Sentry.** When ``sentry_sdk`` is initialized, report each task's newest fire as a
-   Sentry Crons check-in (:mod:`celery_cronstore.beat.sentry`).
+3. **Check in.** When ``sentry_sdk`` is initialized, report each task's newest fire as a
+   Sentry Crons check-in (:mod:`celery_cronstore.beat.sentry`); for the tasks with a URL
+   in ``cronstore_alert_pings``, ping it (:mod:`celery_cronstore.beat.pings`). One read
+   of the newest fires serves both; a monitor that does not answer costs its own ping.
 
 The thread keeps slow receivers and the reads off beat's tick: :meth:`AlertRunner.look`
 (from :class:`~celery_cronstore.beat.chores.Chores`) starts a pass only when the last one
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from celery_cronstore.beat.pings import Pings
 from celery_cronstore.beat.sentry import SentryCheckins, sentry_active
 from celery_cronstore.beat.webhook import DeliveryError, post
 from celery_cronstore.config import Config
@@ -65,6 +68,8 @@ class AlertPass:
     sent: int = 0
     failed: int = 0
     checkins: int = 0
+    pings: int = 0
+    pings_failed: int = 0
 
 
 class AlertRunner:
@@ -79,6 +84,7 @@ class AlertRunner:
         self.interval = config.alert_interval
         self._scrub = scrub
         self.sentry = SentryCheckins()
+        self.pings = Pings(config.alert_pings, timeout=config.alert_timeout)
         # The first pass comes one interval after beat starts: beat settles first (sync,
         # strays, the first claims), and a beat that runs for seconds never starts one.
         self._next_look = time.monotonic() + self.interval
@@ -126,12 +132,19 @@ class AlertRunner:
             logger.exception("beat: the alert pass failed")
 
     def run_once(self) -> AlertPass:
-        """Run one pass now, on this thread: evaluate, deliver, check in."""
+        """Run one pass now, on this thread: evaluate, deliver, check in, ping."""
         done = AlertPass()
         self.evaluate(done)
         self.deliver(done)
-        if sentry_active():
-            done.checkins = self.sentry.look(store_alerts.newest_fires(self.db), self.db.now())
+        sentry = sentry_active()
+        if not sentry and not self.pings:
+            return done
+        newest = store_alerts.newest_fires(self.db)
+        now = self.db.now()
+        if sentry:
+            done.checkins = self.sentry.look(newest, now)
+        if self.pings:
+            done.pings, done.pings_failed = self.pings.look(newest, now, self._stop)
         return done
 
     def evaluate(self, done: AlertPass | None = None) -> AlertPass:
