@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -182,3 +183,16 @@ def sqlite_store(sqlite_url: str, clock: FrozenClock) -> Iterator[Store]:
     yield s
     assert s.engine.pool.checkedout() == 0, "a connection was left checked out"
     s.close()
+
+
+@pytest.fixture(autouse=True)
+def _redbeat_keeps_its_lock_to_itself() -> Iterator[None]:
+    """Importing RedBeat (tests/adopt and tests/e2e/test_switch.py make its data with it)
+    connects its lock handler to Celery's process-global ``beat_init`` signal: every later
+    beat of the process, ours included, would run it. Disconnect it after the test."""
+    yield
+    module = sys.modules.get("redbeat.schedulers")
+    if module is not None:
+        from celery.signals import beat_init
+
+        beat_init.disconnect(module.acquire_distributed_beat_lock)

@@ -32,12 +32,19 @@ BEAT_GRANTS = {
     "cronstore_fire": "SELECT, INSERT, UPDATE, DELETE",
     "cronstore_beat": "SELECT, INSERT, UPDATE",
     "cronstore_alembic_version": "SELECT",
+    "cronstore_alert": "SELECT, INSERT, UPDATE, DELETE",
+    "cronstore_audit": "SELECT, INSERT, DELETE",
 }
 WORKER_GRANTS = {
     "cronstore_periodic_task": "SELECT, UPDATE",
     "cronstore_fire": "SELECT, UPDATE",
 }
-PG_SEQUENCES = ("cronstore_periodic_task_id_seq", "cronstore_fire_id_seq")
+PG_SEQUENCES = (
+    "cronstore_periodic_task_id_seq",
+    "cronstore_fire_id_seq",
+    "cronstore_alert_id_seq",
+    "cronstore_audit_id_seq",
+)
 
 
 def _noop(*args: object) -> None:
