@@ -202,7 +202,7 @@ def claim_sql(engine: sa.Engine, due: int) -> float:
     return elapsed
 
 
-def make_app(store_url: str, broker: Broker) -> Any:
+def make_app(store_url: str, broker: Broker, fast: bool = True) -> Any:
     from celery import Celery
 
     app = Celery("cronstore-dispatch-bench", broker=broker.url, set_as_current=True)
@@ -210,6 +210,7 @@ def make_app(store_url: str, broker: Broker) -> Any:
         cronstore_url=store_url,
         cronstore_sync_beat_schedule=False,
         cronstore_require_registered=False,  # the bench tasks are sent by name
+        cronstore_fast_path=fast,
         broker_connection_retry_on_startup=True,
         task_default_queue=QUEUE,
         # As the fault harness (harness/app.py): RabbitMQ waits for each publish's ack.
@@ -218,60 +219,90 @@ def make_app(store_url: str, broker: Broker) -> Any:
     return app
 
 
+def dispatch_once(
+    store: Any, scheduler: Any, broker: Broker, args: argparse.Namespace, profile: str | None
+) -> tuple[float, list[Any]]:
+    """Make ``--due`` rows due, tick ``scheduler`` until the broker holds every message;
+    return the seconds and the messages (taken off the broker), the ledger checked."""
+    from _common import due_rows
+
+    from celery_cronstore.store.schema import fire, periodic_task
+
+    with store.begin() as conn:
+        conn.execute(sa.insert(periodic_task), due_rows(args.due, store.now(conn)))
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    t = time.perf_counter()
+    count = 0
+    while count < args.due and time.perf_counter() - t < args.timeout:
+        scheduler.tick()
+        count = broker.count()
+    elapsed = time.perf_counter() - t
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    if count < args.due:
+        raise SystemExit(f"timeout: {count} of {args.due} messages sent")
+    with store.engine.connect() as conn:
+        published = conn.execute(
+            sa.select(sa.func.count()).select_from(fire).where(fire.c.state == "published")
+        ).scalar_one()
+    if published != args.due:
+        raise SystemExit(f"ledger: {published} of {args.due} fires published")
+    messages = broker.take()
+    broker.empty()
+    with store.begin() as conn:
+        conn.execute(sa.delete(fire))
+        conn.execute(sa.delete(periodic_task).where(periodic_task.c.name.like("due-%")))
+    return elapsed, messages
+
+
 def bench(backend: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     from _common import due_rows, fill, scratch_database
 
     from celery_cronstore.beat.scheduler import Scheduler
     from celery_cronstore.store import Store
-    from celery_cronstore.store.schema import fire, periodic_task
+    from celery_cronstore.store.schema import periodic_task
 
     broker = Broker(kind, BROKERS[kind])
     broker.empty()
-    figures: dict[str, list[float]] = {"sql": [], "broker": [], "dispatch": []}
+    figures: dict[str, list[float]] = {"sql": [], "broker": [], "dispatch": [], "kombu": []}
     size = 0
     with scratch_database(backend, args.pg_admin) as scratch:
         store = Store(scratch.url)
         store.upgrade()
         now = store.now()
         fill(store.engine, 0, BACKGROUND, now)
-        scheduler = Scheduler(make_app(scratch.url, broker), lazy=False)
-        scheduler.tick()  # open the store and the broker connection
-        profiler = None
+        # Beat as shipped (the fast path on) and with every fire through kombu's producer,
+        # interleaved round by round.
+        schedulers = {
+            "dispatch": Scheduler(make_app(scratch.url, broker, fast=True), lazy=False),
+            "kombu": Scheduler(make_app(scratch.url, broker, fast=False), lazy=False),
+        }
+        for scheduler in schedulers.values():
+            scheduler.tick()  # open the store and the broker connection
         for round_ in range(args.rounds):
             with store.begin() as conn:
                 conn.execute(sa.insert(periodic_task), due_rows(args.due, store.now(conn)))
             figures["sql"].append(claim_sql(store.engine, args.due))
-            if args.profile and round_ == args.rounds - 1:
-                import cProfile
-
-                profiler = cProfile.Profile()
-                profiler.enable()
-            t = time.perf_counter()
-            count = 0
-            while count < args.due and time.perf_counter() - t < args.timeout:
-                scheduler.tick()
-                count = broker.count()
-            elapsed = time.perf_counter() - t
-            if profiler is not None:
-                profiler.disable()
-                profiler.dump_stats(args.profile)
-            if count < args.due:
-                raise SystemExit(f"timeout: {count} of {args.due} messages sent")
-            with store.engine.connect() as conn:
-                published = conn.execute(
-                    sa.select(sa.func.count()).select_from(fire).where(fire.c.state == "published")
-                ).scalar_one()
-            if published != args.due:
-                raise SystemExit(f"ledger: {published} of {args.due} fires published")
-            figures["dispatch"].append(elapsed)
-            messages = broker.take()
-            size = len(messages[0]) if kind == "redis" else len(messages[0].body)
-            figures["broker"].append(broker.push(messages))
-            broker.empty()
             with store.begin() as conn:
-                conn.execute(sa.delete(fire))
                 conn.execute(sa.delete(periodic_task).where(periodic_task.c.name.like("due-%")))
-        scheduler.close()
+            for which, scheduler in schedulers.items():
+                last = round_ == args.rounds - 1 and which == "dispatch"
+                elapsed, messages = dispatch_once(
+                    store, scheduler, broker, args, args.profile if last else None
+                )
+                figures[which].append(elapsed)
+                if which == "dispatch":
+                    size = len(messages[0]) if kind == "redis" else len(messages[0].body)
+                    figures["broker"].append(broker.push(messages))
+                    broker.empty()
+        for scheduler in schedulers.values():
+            scheduler.close()
         store.close()
     broker.close()
     out: dict[str, Any] = {k: statistics.median(v) for k, v in figures.items()}
@@ -314,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['sql']:.3f}",
                     f"{r['broker']:.3f}",
                     f"{floor:.3f}",
+                    f"{r['kombu']:.3f}",
                     f"{r['dispatch']:.3f}",
+                    f"{r['kombu'] / floor:.2f}x",
                     f"{r['dispatch'] / floor:.2f}x",
                 ]
             )
@@ -325,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         "claim SQL s",
         "broker floor s",
         "floor s",
+        "dispatch s, kombu path",
         "dispatch s",
+        "ratio, kombu path",
         "ratio",
     )
     print(table(headers, rows))

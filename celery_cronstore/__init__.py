@@ -19,6 +19,7 @@ from celery_cronstore.timers import Timer, detect_kind, is_valid, parse_timer
 if TYPE_CHECKING:
     from celery_cronstore.beat.scheduler import Scheduler
     from celery_cronstore.store import Store
+    from celery_cronstore.worker.headers import fire_time
     from celery_cronstore.worker.task import CronTask
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "TimerSyntaxError",
     "__version__",
     "detect_kind",
+    "fire_time",
     "is_valid",
     "parse_timer",
 ]
@@ -48,6 +50,7 @@ _LAZY = {
     "Scheduler": "celery_cronstore.beat.scheduler",
     "Store": "celery_cronstore.store",
     "CronTask": "celery_cronstore.worker.task",
+    "fire_time": "celery_cronstore.worker.headers",
 }
 
 

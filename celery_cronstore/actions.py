@@ -6,16 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 from celery_cronstore.catalog import TaskCatalog
-from celery_cronstore.config import Config
+from celery_cronstore.config import FIRE_VARIABLE, Config
 from celery_cronstore.errors import CronstoreError
+from celery_cronstore.policy.health import OFF_SWITCH
 from celery_cronstore.records import Claim
 from celery_cronstore.store import Claimer, Store
 
-__all__ = ["DisabledTaskError", "disabled_refusal", "run_now"]
+__all__ = ["DisabledTaskError", "FiringOffError", "disabled_refusal", "run_now"]
 
 
 class DisabledTaskError(CronstoreError, ValueError):
     """ "Run now" was asked of a disabled task: refused before anything is claimed."""
+
+
+class FiringOffError(CronstoreError, ValueError):
+    """ "Run now" was asked where firing is off (``CRONSTORE_FIRE=0``): refused."""
 
 
 def disabled_refusal(name: str) -> str:
@@ -45,11 +50,16 @@ def run_now(app: Any, store: Store, name: str, *, node: str) -> Claim:
     """
     from celery_cronstore.beat.publish import publish
 
+    config = Config.from_app(app)
+    if not config.fire:  # a staging copy of production's store fires nothing, run-now neither
+        raise FiringOffError(
+            f"firing is off here ({OFF_SWITCH}): {name!r} is "
+            f"not run; unset it (or {FIRE_VARIABLE}=1) where this runs to send fires"
+        )
     if not store.get(name).enabled:
         # Read first, claimed after: a disable landing in between still gets the fire
         # dropped by the worker's guard (and recorded so), never run.
         raise DisabledTaskError(disabled_refusal(name))
-    config = Config.from_app(app)
     claimer = Claimer(
         store,
         node,

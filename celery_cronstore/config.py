@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
-__all__ = ["Config"]
+from celery_cronstore.policy.alerts import check_alert_settings
+
+__all__ = ["FIRE_VARIABLE", "Config", "fire_switch"]
 
 _DEFAULT_URL = "sqlite:///celerybeat-cronstore.sqlite"
+#: The choices of ``cronstore_pooler`` (``store.pooler.POOLERS``, without importing it).
+POOLERS = ("auto", "none", "session", "transaction")
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,23 @@ class Config:
             " at that time exactly, so the claim's transaction does not make it late; sooner"
             " before a burst larger than a batch (at most 10 s or a quarter of the lease)."
             " ``0``: claim each fire when it is due."
+        },
+    )
+    fire: bool = field(
+        default=True,
+        metadata={
+            "help": "``False``: beat claims and publishes nothing (it keeps its heartbeat, so"
+            " ``cronstore health`` and the dashboard say firing is off), and run-now is"
+            " refused: for a staging copy of a production store. The environment variable"
+            " ``CRONSTORE_FIRE`` (``0``/``1``), when set, wins over this setting."
+        },
+    )
+    fast_path: bool = field(
+        default=True,
+        metadata={
+            "help": "Redis: send a task row's fires from a message built once per row and"
+            " publish batch (kombu's own envelope, each fire's id, times and expiry filled"
+            " in). ``False``: every fire through kombu's producer."
         },
     )
     auto_migrate_sqlite: bool = field(
@@ -179,6 +200,28 @@ class Config:
             " too."
         },
     )
+    pooler: str = field(
+        default="auto",
+        metadata={
+            "help": "PostgreSQL: what sits between the store and the server. ``auto``: the first"
+            " connection finds out (a connection pooler that hands one client's server session"
+            " to another is a transaction pooler); ``none``: direct; ``session``: a session"
+            " pooler (PgBouncer ``pool_mode = session``), as direct; ``transaction``: a"
+            " transaction pooler (PgBouncer ``pool_mode = transaction``): the server limits"
+            " are set per transaction, prepared statements are off, and LISTEN needs"
+            " ``cronstore_listen_url``. Set it when a busy pooler could hide itself."
+        },
+    )
+    listen_url: str = field(
+        default="",
+        repr=False,  # may carry a password
+        metadata={
+            "help": "PostgreSQL: a URL of the same database for beat's LISTEN connection alone,"
+            " when ``cronstore_url`` goes through a transaction pooler (a direct one, or"
+            " through a session pooler). Unset: LISTEN uses ``cronstore_url``, and through"
+            " a transaction pooler beat polls every ``cronstore_poll_interval`` instead."
+        },
+    )
 
     alert_failures: int = field(
         default=3,
@@ -254,7 +297,11 @@ class Config:
             want = want or type(default.default)
             # A setting whose default is None (unset) takes text.
             values[name] = _coerce(key, value, str if want is type(None) else want)
-        _check_alerts(values)
+        check_alert_settings(values)
+        _check_pooler(values)
+        switch = fire_switch(os.environ.get(FIRE_VARIABLE))
+        if switch is not None:
+            values["fire"] = switch
         return cls(**values)
 
     @property
@@ -272,48 +319,36 @@ class Config:
         return self.url.startswith("sqlite")
 
 
-def _check_alerts(values: dict[str, Any]) -> None:
-    """Refuse an alert setting beat could not use, naming it (at start, not at the first
-    alert)."""
-    after = values.get("alert_after")
-    if after is not None:
-        from celery_cronstore.policy.alerts import parse_alert_after
+#: The environment variable that turns beat's firing off (``0``) or on (``1``).
+FIRE_VARIABLE = "CRONSTORE_FIRE"
+_SWITCH = {
+    "0": False, "false": False, "no": False, "off": False,
+    "1": True, "true": True, "yes": True, "on": True,
+}  # fmt: skip
 
-        try:
-            parse_alert_after(after)
-        except ValueError as exc:
-            raise ValueError(f"cronstore_{exc}") from None
-    hook = values.get("alert_webhook", "")
-    if hook and not hook.lower().startswith(("http://", "https://")):
+
+def fire_switch(text: str | None) -> bool | None:
+    """Return what ``CRONSTORE_FIRE``'s value ``text`` says (``None``: unset or empty);
+    raise ``ValueError`` naming the variable and the values it takes."""
+    if text is None or not text.strip():
+        return None
+    value = _SWITCH.get(text.strip().lower())
+    if value is None:
         raise ValueError(
-            "cronstore_alert_webhook must be an http:// or https:// URL, got "
-            f"{hook.split(':', 1)[0]!r} (a URL's scheme)"
+            f"{FIRE_VARIABLE} must be 0 (beat claims and publishes nothing) or 1 (beat fires),"
+            f" also false/true, no/yes, off/on; got {text!r}"
         )
-    for name, url in values.get("alert_pings", {}).items():
-        if not isinstance(name, str) or not name:
-            raise ValueError(
-                "cronstore_alert_pings: each key must be a task name or a shell-style pattern"
-                f' such as "billing-*", got {name!r}'
-            )
-        _check_ping(name, url)
+    return value
 
 
-def _check_ping(name: str, url: Any) -> None:
-    """Refuse a ping URL that is not ``http(s)://host...``, naming the entry but not the
-    URL (its path is its secret)."""
-    if not isinstance(url, str):
-        problem = f"got a value of type {type(url).__name__}"
-    elif "://" not in url:
-        problem = "got no scheme (write https://...)"
-    elif not url.lower().startswith(("http://", "https://")):
-        problem = f"got scheme {url.split('://', 1)[0]!r}"
-    elif not urlsplit(url).netloc.rpartition("@")[2]:
-        problem = "got no host"
-    else:
-        return
-    raise ValueError(
-        f"cronstore_alert_pings[{name!r}] must be an http:// or https:// URL: {problem}"
-    )
+def _check_pooler(values: dict[str, Any]) -> None:
+    """Refuse a ``cronstore_pooler`` that is not one of its choices; hand one that is not
+    ``auto`` to the engine (with ``cronstore_engine_options``, which reach it too)."""
+    pooler = values.get("pooler", "auto")
+    if pooler not in POOLERS:
+        raise ValueError(f"cronstore_pooler must be one of {', '.join(POOLERS)}, got {pooler!r}")
+    if pooler != "auto":
+        values["engine_options"] = {**values.get("engine_options", {}), "pooler": pooler}
 
 
 #: Number settings for which zero means something (no slack; keep history forever; claim

@@ -365,6 +365,10 @@ FIELDS: list[Field] = [
           "periods ('3 periods') or a duration ('6h', '1h30m'); blank: "
           "cronstore_alert_after.", label="Alert after", optional=True, max_chars=32,
           wants="a number of periods ('3 periods') or a duration ('6h')", extra=_alert_after),
+    Field("max_runs", int, None, "Stop after this many scheduled fires (its run count; "
+          "run-now does not count): then it plans no further fire. Raise it to go on; "
+          "blank: no limit.", label="Max runs", optional=True, minimum=1,
+          group="timer", wants="a whole number of fires, at least 1"),
     Field("owner", tuple, None, "Owner as TYPE:ID (its removal removes the task).",
           optional=True, group="owner", entry=False, extra=_owner),
 ]  # fmt: skip

@@ -77,6 +77,8 @@ class PeriodicTask:
     abandon_policy: str = "leave"
     #: Its dead man's switch (``"3 periods"``, ``"6h"``; ``None``: ``cronstore_alert_after``).
     alert_after: str | None = None
+    #: Scheduled fires after which it plans no more (``None``: no limit; migration 0009).
+    max_runs: int | None = None
 
     @property
     def owner(self) -> tuple[str, str] | None:
@@ -163,3 +165,6 @@ class Beat(NamedTuple):
     stalled_since: datetime | None = None
     #: Its host's clock minus the database's, in seconds, at its last heartbeat.
     clock_offset: float | None = None
+    #: ``False``: started with firing off (``CRONSTORE_FIRE=0``); it claims and publishes
+    #: nothing. ``True`` or ``None`` (a beat from before schema 0008): it fires.
+    firing: bool | None = None

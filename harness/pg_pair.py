@@ -4,7 +4,10 @@ Both servers run from a temporary directory on free ports (never the shared serv
 5432): ``initdb`` makes the primary, ``pg_basebackup -R`` the standby, and replication is
 synchronous (``synchronous_standby_names = '*'``, ``remote_apply``), so a commit the
 primary acknowledged is applied on the standby too (a read there sees it) and a failover
-loses nothing. :meth:`PgPair.kill_primary` sends ``SIGKILL`` to the primary's postmaster
+loses nothing; or, with ``synchronous=False``, asynchronous: the standby streams through a
+TCP proxy the test owns (:meth:`PgPair.cut_replication`), so the test can make the
+primary commit what the standby never receives, as a lagging standby would.
+:meth:`PgPair.kill_primary` sends ``SIGKILL`` to the primary's postmaster
 (its backends see it die and hang up on their clients), :meth:`PgPair.promote` makes the
 standby the primary.
 
@@ -16,10 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,7 +28,13 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from harness.server_user import as_server_user, give_to_server_user, why_not_as_root
+from harness.tcp_proxy import Proxy
+
 __all__ = ["BIN", "PgPair", "why_not"]
+
+
+from harness.ports import free_port
 
 
 def _server_bin() -> Path:
@@ -44,8 +51,6 @@ def _server_bin() -> Path:
 
 #: Where PostgreSQL's server programs are (``initdb``, ``pg_ctl``, ``pg_basebackup``).
 BIN = _server_bin()
-#: The server user a root process runs the servers as.
-SERVER_USER = "postgres"
 #: Settings of both servers: small, fast to start, replication on.
 _SETTINGS = """
 listen_addresses = '127.0.0.1'
@@ -63,6 +68,11 @@ synchronous_standby_names = '*'
 synchronous_commit = remote_apply
 logging_collector = off
 """
+#: The primary of an asynchronous pair: a commit waits for no standby.
+_ASYNCHRONOUS = """
+synchronous_standby_names = ''
+synchronous_commit = on
+"""
 
 
 def why_not() -> str | None:
@@ -70,29 +80,19 @@ def why_not() -> str | None:
     for program in ("initdb", "pg_ctl", "pg_basebackup", "postgres"):
         if not (BIN / program).exists():
             return f"{BIN / program} not found (set CRONSTORE_PG_BIN)"
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam(SERVER_USER)
-        except KeyError:
-            return f"running as root and there is no {SERVER_USER!r} user to run initdb as"
-        if shutil.which("runuser") is None:
-            return "running as root and runuser is not installed"
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return why_not_as_root("initdb")
 
 
 class PgPair:
     """A primary on :attr:`ports` [0] and a synchronous standby on [1] (see the module
     docstring); use it as a context manager, which stops both and removes the directory."""
 
-    def __init__(self, base: Path | None = None) -> None:
+    def __init__(self, base: Path | None = None, *, synchronous: bool = True) -> None:
+        self.synchronous = synchronous
+        #: The standby's link to the primary (asynchronous pairs only).
+        self.link: Proxy | None = None
         self.base = Path(base or tempfile.mkdtemp(prefix="cronstore-pgpair-"))
-        self.ports = (_free_port(), _free_port())
+        self.ports = (free_port(), free_port())
         self.dirs = (self.base / "primary", self.base / "standby")
         self.logs = (self.base / "primary.log", self.base / "standby.log")
         #: The servers killed (their pid file stays behind; the pid may be reused).
@@ -101,17 +101,13 @@ class PgPair:
     # -- running the server programs --------------------------------------------------
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        command = [str(BIN / args[0]), *args[1:]]
-        if os.geteuid() == 0:
-            command = ["runuser", "-u", SERVER_USER, "--", *command]
+        command = as_server_user([str(BIN / args[0]), *args[1:]])
         return subprocess.run(
             command, check=check, capture_output=True, text=True, timeout=120, cwd=self.base
         )
 
     def _own(self) -> None:
-        if os.geteuid() == 0:
-            user = pwd.getpwnam(SERVER_USER)
-            os.chown(self.base, user.pw_uid, user.pw_gid)
+        give_to_server_user(self.base)
         self.base.chmod(0o700)
 
     def _configure(self, index: int, extra: str = "") -> None:
@@ -130,10 +126,13 @@ class PgPair:
         self._own()
         self._run("initdb", "-D", str(self.dirs[0]), "-U", "postgres", "--auth=trust", "-N",
                   "-E", "UTF8", "--locale=C")  # fmt: skip
-        self._configure(0)
+        self._configure(0, "" if self.synchronous else _ASYNCHRONOUS)
         self._start(0)
         self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.ports[0]), "-U",
                   "postgres", "-D", str(self.dirs[1]), "-R", "-X", "stream")  # fmt: skip
+        if not self.synchronous:
+            self.link = Proxy(("127.0.0.1", self.ports[0]))
+            self._stream_through(self.link.port)
         # Once promoted the standby has no standby of its own: waiting for one would
         # block every commit.
         self._configure(1, "synchronous_standby_names = ''\n")
@@ -146,7 +145,7 @@ class PgPair:
                     state = conn.exec_driver_sql(
                         "SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'"
                     ).scalar()
-                if state == "sync":
+                if state == ("sync" if self.synchronous else "async"):
                     return self
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the standby did not stream (state {state!r})")
@@ -176,6 +175,40 @@ class PgPair:
     def postmaster_pid(self, index: int) -> int:
         """Return the process id of server ``index``'s postmaster."""
         return int((self.dirs[index] / "postmaster.pid").read_text().splitlines()[0])
+
+    def _stream_through(self, port: int) -> None:
+        """Point the standby's ``primary_conninfo`` (``pg_basebackup -R``) at ``port``."""
+        auto = self.dirs[1] / "postgresql.auto.conf"
+        text = auto.read_text()
+        auto.write_text(text.replace(f"port={self.ports[0]}", f"port={port}"))
+
+    def cut_replication(self) -> None:
+        """Cut the standby's link to the primary (asynchronous pairs): what the primary
+        commits from now on never reaches the standby."""
+        if self.link is None:
+            raise RuntimeError("only an asynchronous pair streams through a link of its own")
+        self.link.down()
+
+    def caught_up(self) -> bool:
+        """Return whether the standby has replayed everything the primary wrote."""
+        with contextlib.ExitStack() as stack:
+            engines = [sa.create_engine(self.url(i), poolclass=sa.pool.NullPool) for i in (0, 1)]
+            for engine in engines:
+                stack.callback(engine.dispose)
+            with engines[0].connect() as conn:
+                written = conn.exec_driver_sql("SELECT pg_current_wal_lsn()").scalar_one()
+            with engines[1].connect() as conn:
+                return bool(
+                    conn.exec_driver_sql(
+                        "SELECT pg_last_wal_replay_lsn() >= %(lsn)s::pg_lsn", {"lsn": written}
+                    ).scalar_one()
+                )
+
+    def stop_primary(self) -> None:
+        """Stop the primary cleanly (a planned switchover): a fast shutdown sends every
+        WAL record to the standby before the server exits."""
+        self._run("pg_ctl", "-D", str(self.dirs[0]), "-m", "fast", "-w", "-t", "60", "stop")
+        self.killed.add(0)
 
     def kill_primary(self) -> None:
         """Kill the primary's postmaster with ``SIGKILL`` (a crash, not a shutdown)."""
@@ -208,6 +241,8 @@ class PgPair:
                 with contextlib.suppress(Exception):
                     self._run("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop",
                               check=False)  # fmt: skip
+        if self.link is not None:
+            self.link.close()
         shutil.rmtree(self.base, ignore_errors=True)
 
     def __enter__(self) -> PgPair:

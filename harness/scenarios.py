@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +26,8 @@ from harness.sampler import Sampler
 from harness.scratch import Scratch, scratch_database
 
 __all__ = ["SCENARIOS", "SOAK", "TIMERS", "Scenario", "Services", "run"]
+
+from harness.ports import free_port
 
 #: Every timer of every scenario: 1-second calendar and cron timers, intervals,
 #: irregular ones, DST zones, a run_all policy, a starting deadline, overlap skip.
@@ -246,7 +247,7 @@ def _run(
     for _ in range(settings.workers):
         cluster.add_worker({"HARNESS_STORE": url})
     beat_envs = []
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     for index in range(3):
         store_url = url if local else _via(url, db_proxy)
         env = {
@@ -319,12 +320,6 @@ def _run(
             f"database kept: {sa.make_url(url).render_as_string(True)}; logs: {logs}"
         )
     return result
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def admin_for(url: str) -> sa.Engine:

@@ -18,6 +18,9 @@ from timeline import T0
 
 from celery_cronstore.store import Store
 from celery_cronstore.testing import FrozenClock
+from harness.pgbouncer import MODES as PGBOUNCER_MODES
+from harness.pgbouncer import PgBouncer
+from harness.pgbouncer import why_not as pgbouncer_why_not
 from harness.scratch import scratch_database
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -85,12 +88,46 @@ def need_service(name: str, url: str, port: int) -> None:
 SCRATCH_PREFIX = f"cronstore_{XDIST_WORKER}" if XDIST_WORKER else "cronstore"
 
 
+#: ``transaction`` or ``session``: every PostgreSQL test of the session reaches the server
+#: through a PgBouncer of its own in that mode (``make test-pgbouncer``); unset: directly.
+PGBOUNCER_MODE = os.environ.get("CRONSTORE_TEST_PGBOUNCER", "")
+
+
+def through_transaction_pooler() -> bool:
+    """Whether the PostgreSQL tests run through a transaction pooler (a test that needs a
+    session of its own, as LISTEN does, skips with this reason)."""
+    return PGBOUNCER_MODE == "transaction"
+
+
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A PostgreSQL database of this session's own (parallel runs do not collide)."""
+def pgbouncer() -> Iterator[PgBouncer | None]:
+    """The session's PgBouncer (``CRONSTORE_TEST_PGBOUNCER``) in front of the PostgreSQL
+    server, or ``None`` when the variable is unset."""
+    if not PGBOUNCER_MODE:
+        yield None
+        return
+    if PGBOUNCER_MODE not in PGBOUNCER_MODES:
+        pytest.fail(
+            f"CRONSTORE_TEST_PGBOUNCER must be one of {', '.join(PGBOUNCER_MODES)}, "
+            f"got {PGBOUNCER_MODE!r}"
+        )
+    problem = pgbouncer_why_not()
+    if problem is not None:
+        if IN_CI:
+            pytest.fail(f"CRONSTORE_TEST_PGBOUNCER is set but {problem}")
+        pytest.skip(f"CRONSTORE_TEST_PGBOUNCER is set but {problem}")
+    server = urlsplit(POSTGRES_URL.replace("+psycopg", ""))
+    with PgBouncer(PGBOUNCER_MODE, (server.hostname or "127.0.0.1", server.port or 5432)) as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
+def postgres_url(pgbouncer: PgBouncer | None) -> Iterator[str]:
+    """A PostgreSQL database of this session's own (parallel runs do not collide);
+    through the session's PgBouncer when ``CRONSTORE_TEST_PGBOUNCER`` is set."""
     need_service("PostgreSQL", POSTGRES_URL, 5432)
     with scratch_database(POSTGRES_URL, prefix=SCRATCH_PREFIX) as scratch:
-        yield scratch.url
+        yield scratch.url if pgbouncer is None else pgbouncer.through(scratch.url)
 
 
 @pytest.fixture(scope="session")

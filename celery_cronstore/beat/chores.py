@@ -189,9 +189,12 @@ class Chores:
             )
 
 
-def warn_shared_sqlite(store: Store, claimer: Claimer, node: str, started_at: datetime) -> None:
-    """Say so at start when another live beat (not ``node``) uses the same SQLite file."""
-    now = claimer.heartbeat(started_at)
+def warn_shared_sqlite(
+    store: Store, claimer: Claimer, node: str, started_at: datetime, *, firing: bool = True
+) -> None:
+    """Say so at start when another live beat (not ``node``) uses the same SQLite file
+    (``firing``: whether this one fires, for its first heartbeat)."""
+    now = claimer.heartbeat(started_at, firing=firing)
     window = 3 * HEARTBEAT_EVERY
     for other in store.beats():
         if other.node != node and (now - other.last_tick).total_seconds() <= window:

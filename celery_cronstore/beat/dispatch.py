@@ -13,26 +13,24 @@ field.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-import time
+import uuid
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
-from celery_cronstore.beat.outcome import Acks, BatchFailed
+from celery_cronstore.beat.confirm import Tally, confirmed, confirming
 from celery_cronstore.beat.publish import BoundRouter, publish, shorten
 from celery_cronstore.beat.redis_batch import install
-from celery_cronstore.beat.wire import protocol2_body, protocol2_headers
+from celery_cronstore.beat.template import Template, learn
+from celery_cronstore.beat.wire import expiry, protocol2_body, protocol2_headers
 from celery_cronstore.policy import message_options
+from celery_cronstore.policy.messages import H_FIRE, H_INTERVAL, H_NAME
 from celery_cronstore.records import Claim
 
-__all__ = ["CONFIRM_WAIT", "Dispatcher"]
+__all__ = ["Dispatcher"]
 
 logger = logging.getLogger("celery.beat")
-
-#: Longest wait (seconds) for RabbitMQ's confirms of one batch before it is held back.
-CONFIRM_WAIT = 30.0
-
 
 #: ``send_task_message`` parameters: every other routed option becomes a message property.
 _NAMED = frozenset(
@@ -74,10 +72,11 @@ class Dispatcher:
     ``task_send_sent_event``, protocol 1) goes through :func:`publish` instead.
     """
 
-    def __init__(self, app: Any, producer: Any) -> None:
+    def __init__(self, app: Any, producer: Any, *, fast: bool = True) -> None:
         import celery
         from celery import Celery, Task, signals
         from celery.app.amqp import AMQP
+        from celery.app.routes import MapRoute
         from celery.backends.base import Backend
         from celery.utils.nodenames import anon_nodename
         from kombu.serialization import dumps
@@ -119,108 +118,60 @@ class Dispatcher:
         self._backend_base = Backend.on_task_call
         self._declared: set[int] = set()
         self._tasks: dict[str, tuple[Any, dict[str, Any]] | None] = {}
-        #: Where fast-path messages go: the producer, or (RabbitMQ with publisher
-        #: confirms, inside :meth:`batch`) a producer on a channel that does not wait.
-        self._out = producer
-        self._unconfirmed = 0
+        #: Whether rows' messages to Redis may be filled in from templates.
+        #: By message shape (:meth:`_shape`): its template. Only when every router routes
+        #: by task name (a router function may look at the arguments).
+        self._templates: dict[tuple[str, bool, str], Template] = {}
+        self._fast = fast and all(isinstance(r, MapRoute) for r in amqp.router.routes)
+        #: How many fires went from a template (the fast path).
+        self.templated = 0
+        #: The current batch's messages (``beat.confirm``).
+        self._tally = Tally(producer)
         #: Whether the publishes of the current batch wait for its one flush (Redis).
         self.buffered = False
-        #: The delivery tag of each message of the current confirmed batch, in order
-        #: (``None``: sent through Celery's path, which waited for its own confirm).
-        self._tags: list[int | None] = []
 
     @contextlib.contextmanager
     def batch(self, size: int) -> Iterator[None]:
         """Group the publishes made inside: one Redis transaction (``beat.redis_batch``:
         all of it went, or none), or, with RabbitMQ's publisher confirms, one wait for the
-        confirms of them all.
-
-        kombu's confirm mode waits for each message's ack before the next (a round trip
-        each); here the batch goes out on a channel of its own and its acks are awaited
-        together at the end. A nack, no confirm within :data:`CONFIRM_WAIT`, or a broken
-        connection raises :class:`~celery_cronstore.beat.outcome.BatchFailed` saying which
-        messages were confirmed and which refused.
+        confirms of them all (``beat.confirm``: a nack, a timeout or a broken connection
+        raises :class:`~celery_cronstore.beat.outcome.BatchFailed`).
         """
-        self._tags = []
-        if self._confirming():
-            with self._confirmed():
-                yield
+        if confirming(self.producer):
+            try:
+                with confirmed(self.producer) as self._tally:
+                    yield
+            finally:
+                self._tally = Tally(self.producer)
             return
+        self._tally = Tally(self.producer)
         grouped: Any = getattr(self.producer, "batch", None)
         self.buffered = grouped is not None and install(self.producer.channel)
         with grouped(max_size=size) if self.buffered else contextlib.nullcontext():
             yield
-
-    def _confirming(self) -> bool:
-        channel = self.producer.channel
-        return bool(getattr(getattr(channel, "connection", None), "confirm_publish", False)) and (
-            hasattr(channel, "_basic_publish")
-        )
-
-    @contextlib.contextmanager
-    def _confirmed(self) -> Iterator[None]:
-        from kombu.messaging import Producer as _Producer
-
-        Producer: Any = _Producer  # kombu ships no types
-
-        connection = self.producer.connection
-        channel = connection.channel()
-        acks = Acks()
-        try:
-            channel.confirm_select()
-            channel._confirm_selected = True
-            channel.basic_publish = channel._basic_publish  # this channel does not wait
-            channel.events["basic_ack"].add(acks.ack)
-            channel.events["basic_nack"].add(acks.nack)
-            self._out = Producer(channel, exchange=self.producer.exchange, auto_declare=False)
-            self._unconfirmed = 0
-            self._tags = []
-            try:
-                yield
-                deadline = time.monotonic() + CONFIRM_WAIT
-                while not acks.covers(self._unconfirmed):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise acks.failed(
-                            f"RabbitMQ confirmed {acks.upto} of {self._unconfirmed} messages "
-                            f"in {CONFIRM_WAIT:g}s",
-                            self._tags,
-                        )
-                    connection.drain_events(timeout=left)
-            except BatchFailed:
-                raise
-            except Exception as exc:
-                if self._tags:  # what was confirmed went, the rest is unsure
-                    raise acks.failed(f"RabbitMQ batch broke off: {exc}", self._tags) from exc
-                raise
-            if acks.nacked:
-                raise acks.failed(
-                    f"RabbitMQ refused (nack) {len(acks.nacked)} message(s)", self._tags
-                )
-        finally:
-            self._out = self.producer
-            with contextlib.suppress(Exception):
-                channel.close()
 
     def send(self, claim: Claim) -> None:
         """Publish ``claim`` (raises what building or sending its message raises)."""
         spec = self._spec(claim.task)
         if spec is None:
             publish(self.app, claim, self.producer, self.router)
-            self._tags.append(None)
+            self._tally.passed()
             return
         logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
         from celery_cronstore.worker.task import CronTask
 
         task, preopts = spec
+        guarded = isinstance(task, CronTask)
+        options = message_options(claim, guarded=guarded)
+        if task is not None:
+            options = dict(preopts, **options)
+            options.setdefault("ignore_result", task.ignore_result)
+        if self._templated(claim, guarded, options):
+            return
         args, kwargs = claim.args, claim.kwargs
         check = getattr(task, "__header__", None) if task is not None and task.typing else None
         if check is not None:  # Task.typing: the call must fit the signature
             check(*(args or ()), **(kwargs or {}))
-        options = message_options(claim, guarded=isinstance(task, CronTask))
-        if task is not None:
-            options = dict(preopts, **options)
-            options.setdefault("ignore_result", task.ignore_result)
         time_limit = options.pop("time_limit", None)
         soft_time_limit = options.pop("soft_time_limit", None)
         expires = options.pop("expires", None)
@@ -230,7 +181,7 @@ class Dispatcher:
         routed = self.router.route(options, claim.task, args, kwargs, task)
         expires_header = None
         if expires is not None:
-            expires_header, routed["expiration"] = self._expiry(claim.task_id, expires)
+            expires_header, routed["expiration"] = expiry(self.app, claim.task_id, expires)
         task_id = claim.task_id
         headers = protocol2_headers(
             task_id=task_id,
@@ -245,6 +196,78 @@ class Dispatcher:
         )
         body = protocol2_body(args, kwargs)
         self._send(task_id, claim.task, headers, body, routed, ignore_result)
+        own = (task_id, headers[H_FIRE], argsrepr, kwargsrepr)
+        self._learn(claim, guarded, own)
+
+    def _session(self) -> Any:
+        """Return the Redis batch of this chunk once kombu opened it (``None``: none)."""
+        if not self.buffered or not self._fast:
+            return None
+        state = getattr(getattr(self.producer, "_batch_local", None), "current", None)
+        session = getattr(state, "session", None)
+        return session if hasattr(session, "push") else None
+
+    def _learn(self, claim: Claim, guarded: bool, own: tuple[str, ...]) -> None:
+        """Keep the template of the message just sent for the next fires of its shape."""
+        session = self._session()
+        if session is None or self._before.receivers or self._after.receivers:
+            return
+        template = learn(session.last, own)
+        if template is not None:
+            self._templates[self._shape(claim, guarded)] = template
+
+    @staticmethod
+    def _shape(claim: Claim, guarded: bool) -> tuple[str, bool, str]:
+        """Return what makes fires share a template: the task, the guard, the options."""
+        return claim.task, guarded, json.dumps(claim.options, sort_keys=True, default=repr)
+
+    def _templated(self, claim: Claim, guarded: bool, options: dict[str, Any]) -> bool:
+        """Send ``claim`` from its shape's template (``beat.template``); return whether it
+        went that way (none learnt yet, or signal receivers: the full path)."""
+        if not self._templates or self._before.receivers or self._after.receivers:
+            return False
+        template = self._templates.get(self._shape(claim, guarded))
+        if template is None:
+            return False
+        expires = options.get("expires")
+        if (expires is not None) != ("expiration" in template.slots):
+            return False
+        session = self._session()
+        if session is None:
+            return False
+        task_id, args, kwargs = claim.task_id, claim.args, claim.kwargs
+        task = self._tasks.get(claim.task)
+        check = (
+            getattr(task[0], "__header__", None) if task and task[0] and task[0].typing else None
+        )
+        if check is not None:  # Task.typing: the call must fit the signature
+            check(*(args or ()), **(kwargs or {}))
+        _, _, payload = self._dumps(protocol2_body(args, kwargs), serializer="json")
+        body, _ = session.channel.encode_body(payload, session.channel.body_encoding)
+        headers = options["headers"]
+        values: dict[str, Any] = {
+            "id": task_id,
+            "root_id": task_id,
+            "correlation_id": task_id,
+            "delivery_tag": str(uuid.uuid4()),  # kombu's: a fresh uuid4 per publish
+            "body": body,
+            "argsrepr": shorten(repr(args), self._argsmax),
+            "kwargsrepr": shorten(repr(kwargs), self._kwargsmax),
+            "name": headers[H_NAME],
+            "fire_time": headers[H_FIRE],
+            "interval": headers[H_INTERVAL],
+            "timelimit": [options.get("time_limit"), options.get("soft_time_limit")],
+            "expires": None,
+        }
+        if expires is not None:
+            values["expires"], ttl = expiry(self.app, task_id, expires)
+            values["expiration"] = str(int(ttl * 1000))  # as kombu's Producer.publish
+        if not options.get("ignore_result"):
+            self._on_task_call(task_id)
+        session.push(template.key, template.render(values))
+        self.templated += 1
+        self._tally.published()
+        return True
 
     def _spec(self, name: str) -> tuple[Any, dict[str, Any]] | None:
         """Return (task or None, its exec options) if the fast path may send ``name``."""
@@ -270,30 +293,6 @@ class Dispatcher:
             and getattr(task, "_dump_pydantic_arguments", None) is None
             and not (soft and hard and soft > hard)
         )
-
-    def _expiry(self, task_id: str, expires: Any) -> tuple[str, float]:
-        """Return the ``expires`` header and the ``expiration`` TTL, as Celery computes them."""
-        from celery.utils.time import add_seconds_to_datetime, maybe_make_aware
-        from celery.utils.time import subtract_datetimes as elapsed
-
-        now = self.app.now()
-        if isinstance(expires, datetime):
-            seconds = elapsed(expires, now).total_seconds()
-            header = expires.isoformat()
-        elif isinstance(expires, str):
-            # Celery parses with dateutil's isoparse; rows hold what option_problems let
-            # through (fromisoformat), which both read alike.
-            moment = datetime.fromisoformat(expires.replace("Z", "+00:00"))
-            seconds = elapsed(moment, now).total_seconds()
-            header = expires
-        else:
-            seconds = expires
-            later = add_seconds_to_datetime(now, expires)
-            header = maybe_make_aware(later, tz=self.app.timezone).isoformat()
-        if seconds < 0:
-            logger.warning("%s has an expiration date in the past (%ss ago)", task_id, -seconds)
-            seconds = 0
-        return header, seconds
 
     def _send(
         self,
@@ -354,7 +353,7 @@ class Dispatcher:
                 retry_policy=policy,
             )
         content_type, encoding, payload = self._dumps(body, serializer="json")
-        self._out.publish(
+        self._tally.out.publish(
             payload,
             exchange=exchange,
             routing_key=routing_key,
@@ -369,8 +368,7 @@ class Dispatcher:
             **properties,
         )
         self._declared.update(id(d) for d in undeclared)
-        self._unconfirmed += 1
-        self._tags.append(self._unconfirmed)
+        self._tally.published()
         if self._after.receivers:
             self._after.send(
                 sender=name, body=body, headers=headers, exchange=exchange, routing_key=routing_key

@@ -21,10 +21,21 @@ from celery_cronstore.beat.metrics import BeatMetrics
 from celery_cronstore.beat.send import Sender
 from celery_cronstore.beat.stall import CUT_SLACK, PUBLISHING, Stall, Watchdog
 from celery_cronstore.config import Config
+from celery_cronstore.errors import StoreUnavailableError
 from celery_cronstore.store import Claimer
+from celery_cronstore.store.claims import deadlock
 from celery_cronstore.store.links import Links
+from celery_cronstore.store.server import ServerWatch
 
-__all__ = ["FAST_FOR", "FAST_RETRY", "LOCKED_BACKOFF", "REMIND_EVERY", "Backoff", "Loop"]
+__all__ = [
+    "FAST_FOR",
+    "FAST_RETRY",
+    "LOCKED_BACKOFF",
+    "REMIND_EVERY",
+    "RESTORE_GRACE",
+    "Backoff",
+    "Loop",
+]
 
 logger = logging.getLogger("celery.beat")
 
@@ -37,6 +48,10 @@ FAST_RETRY = 0.25
 FAST_FOR = 3.0
 #: Seconds between two reminders that the database is still unavailable.
 REMIND_EVERY = 300.0
+#: Seconds a beat claims nothing once its connections reach another server (a failover):
+#: every beat reconnects within a few :data:`FAST_RETRY` of the others and first writes
+#: back the fires it sent whose claims were lost, so none claims such a fire again.
+RESTORE_GRACE = 1.0
 
 
 class Backoff:
@@ -143,6 +158,12 @@ class Loop:
         #: The database connections beat has open, cut when a wait outlasts the server's
         #: own limit (``store.links``; not SQLite: no link).
         self._links = None if config.is_sqlite else Links(claimer.db.engine)
+        #: New connections reach another server (a failover): before claiming again, the
+        #: fires sent lately are written back if the database lost them (``store.restore``).
+        self._server = ServerWatch(claimer.db.engine)
+        self._server_changes = 0
+        #: After the server changed, no claim before this (monotonic) time.
+        self._claim_after = 0.0
         if metrics is not None:
             metrics.watch(self.stall.seconds)
 
@@ -164,6 +185,18 @@ class Loop:
         stall.begin(time.monotonic())
         try:
             sleep = self._step()
+        except StoreUnavailableError as exc:
+            if not deadlock(exc):
+                self._failed(exc)
+                raise
+            # Two beats' transactions locked rows (or MariaDB's index gaps) in opposite
+            # orders and the server rolled this one back: a race lost, not an outage. What
+            # it was doing is kept (pending sends, unmarked fires) and done again now.
+            logger.info(
+                "beat: a transaction lost a deadlock with another beat's (%s); trying again",
+                stall.waiting_on,
+            )
+            return 0.0
         except Exception as exc:  # the database (the scheduler backs off and retries)
             self._failed(exc)
             raise
@@ -181,6 +214,7 @@ class Loop:
 
     def _step(self) -> float:
         claimer, sender, held, stall = self.claimer, self.sender, self.held, self.stall
+        self._restore_if_needed()
         stall.waiting_on = PUBLISHING
         if not sender.retry_pending():
             return self._broker_failed()
@@ -190,6 +224,7 @@ class Loop:
         if self.fires_first():  # a burst's fires follow closely: they come first
             return held.wait()
         stall.waiting_on = "the database"
+        self._restore_if_needed()  # the sends above may have met a new server
         if self.chores.due(held.wait()) and not self.chores.run(self._stalled_since):
             return self._broker_failed()
         stall.waiting_on = "the database"
@@ -210,7 +245,10 @@ class Loop:
             return max(0.0, min(self.config.poll_interval, wait, held.wait()))
         if not held.claim_fits():
             return held.wait()  # a fire taken ahead first; claim after it
+        self._restore_if_needed()
         began = time.monotonic()
+        if began < self._claim_after:  # the other beats write back their sends first
+            return min(self._claim_after - began, held.wait())
         result = claimer.claim_due(ahead)
         held.timed_claim(result.rows, time.monotonic() - began)
         sender.report(result.errors)
@@ -235,6 +273,18 @@ class Loop:
         self._progress(now)
         self._locked_out = min(LOCKED_BACKOFF[1], max(LOCKED_BACKOFF[0], self._locked_out * 2))
         return self._locked_out
+
+    def _restore_if_needed(self) -> None:
+        """Once new connections reached another server (only a failover or a restart can
+        lose commits; a failed tick on the same server cannot), write back the fires sent
+        lately whose claims the database lost, and claim nothing for
+        :data:`RESTORE_GRACE` seconds, so that every beat has written back its own sends
+        before any claims a fire another one sent."""
+        changes = self._server.changes
+        if changes != self._server_changes:
+            self.sender.restore()
+            self._claim_after = time.monotonic() + RESTORE_GRACE
+            self._server_changes = changes
 
     def _progress(self, stuck_at: datetime | None) -> None:
         """Note whether this tick could do the due work (``None``) or not (since when)."""

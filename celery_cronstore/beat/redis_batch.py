@@ -59,6 +59,30 @@ def _atomic_class(base: Any) -> Any:
             # is set (its ``execute`` reads it each time).
             self.pipeline.transaction = True
             self._failed: BaseException | None = None
+            #: The Redis commands of the last message kombu published through the batch
+            #: (what ``beat.template`` learns a task's message from).
+            self.last: list[tuple[str, tuple[Any, ...]]] = []
+
+        def publish(self, message: Any, **kwargs: Any) -> Any:
+            self.last = []
+            return super().publish(message, **kwargs)
+
+        def add(self, name: str, *args: Any) -> None:
+            super().add(name, *args)
+            self.last.append((name, args))
+
+        def push(self, key: Any, text: str) -> None:
+            """Buffer one message made ready by the fast path (its ``LPUSH``): it goes
+            with the rest of the chunk, in the same transaction."""
+            self._check_usable()
+            try:
+                self.pipeline.lpush(key, text)
+            except BaseException as exc:
+                self._failed = exc
+                self._buffered = 0
+                self.pipeline.reset()
+                raise
+            self._buffered += 1
 
         def flush(self) -> None:
             from redis.exceptions import ConnectionError as RedisConnectionError

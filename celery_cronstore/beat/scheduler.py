@@ -27,6 +27,7 @@ from celery_cronstore.beat.chores import Chores, warn_shared_sqlite
 from celery_cronstore.beat.held import HeldClaims
 from celery_cronstore.beat.loop import Backoff, Loop
 from celery_cronstore.beat.metrics import BeatMetrics, start_metrics
+from celery_cronstore.beat.off import Unarmed
 from celery_cronstore.beat.schedule_sync import sync_beat_schedule
 from celery_cronstore.beat.send import Sender, scrubbed
 from celery_cronstore.beat.stop import StopSignal
@@ -35,8 +36,9 @@ from celery_cronstore.config import Config
 from celery_cronstore.errors import SchemaVersionError, StoreError, StoreUnavailableError
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.engine import DATABASE_ERRORS, redact
-from celery_cronstore.store.listen import Listener
+from celery_cronstore.store.listen import Listener, listener_for
 from celery_cronstore.store.migrate import app_argument
+from celery_cronstore.store.pooler import describe as pooler_line
 from celery_cronstore.store.sweep import LOGGED, replan_strays
 
 __all__ = ["Scheduler"]
@@ -56,6 +58,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         self.claimer: Claimer | None = None
         #: The parts that tick, built once the store is open (:meth:`setup_schedule`).
         self.loop: Loop | None = None
+        #: What ticks instead when firing is off (``cronstore_fire``, ``beat.off``).
+        self.unarmed: Unarmed | None = None
         #: Prometheus metrics (``cronstore_metrics_port``), started with the store.
         self.metrics: BeatMetrics | None = None
         self._listener: Listener | None = None  # PostgreSQL: wake on change (store.listen)
@@ -143,12 +147,20 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
     def _url(self) -> str:
         return redact(self.config.url)
 
-    def _ready(self) -> Loop:
+    def _ready(self) -> Loop | Unarmed:
         """Return the loop, opening the store and building the parts on the first call
-        (a failed start is tried again at the next tick)."""
-        if self.loop is None:
-            claimer = self.claimer or self._open()
-            self.loop = self._wire(claimer)
+        (a failed start is tried again at the next tick); with firing off, the heartbeat
+        alone (``beat.off``)."""
+        if self.loop is not None:
+            return self.loop
+        if self.unarmed is not None:
+            return self.unarmed
+        claimer = self.claimer or self._open()
+        if not self.config.fire:
+            assert self._started_at is not None
+            self.unarmed = Unarmed(claimer, self._started_at, self.config.poll_interval)
+            return self.unarmed
+        self.loop = self._wire(claimer)
         return self.loop
 
     def _open(self) -> Claimer:
@@ -193,8 +205,15 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
             start_timeout=self.config.start_timeout,
             hold=True,
         )
-        if self.config.listen and store.db.dialect.name == "postgresql" and store.clock is None:
-            self._listener = Listener(store.db.engine)  # connects on its first wait
+        if store.db.dialect.name == "postgresql" and store.clock is None:
+            # Through a transaction pooler LISTEN needs cronstore_listen_url, else beat polls.
+            self._listener, changes = listener_for(
+                store.db.engine,
+                listen=self.config.listen,
+                listen_url=self.config.listen_url,
+                poll_interval=self.config.poll_interval,
+            )  # a listener connects on its first wait
+            logger.info("beat: database %s; %s", pooler_line(store.db.engine), changes)
         replanned = claimer.replan_errors()
         if replanned:
             logger.info("beat: checking %d periodic task(s) in error again", replanned)
@@ -210,7 +229,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery ships no types
         logger.info("beat: cronstore %s ready as %s", self._url, self.node)
         _freeze_heap()
         if self.config.is_sqlite:
-            warn_shared_sqlite(store, claimer, self.node, started_at)
+            warn_shared_sqlite(store, claimer, self.node, started_at, firing=self.config.fire)
         return claimer
 
     def _wire(self, claimer: Claimer) -> Loop:

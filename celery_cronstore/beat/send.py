@@ -13,6 +13,7 @@ of the claimer's seam, :class:`~celery_cronstore.catalog.TaskCatalog`, in one pl
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -23,6 +24,7 @@ from celery_cronstore import faults
 from celery_cronstore.beat.dispatch import Dispatcher
 from celery_cronstore.beat.metrics import BeatMetrics
 from celery_cronstore.beat.outcome import settle
+from celery_cronstore.beat.recent import RecentSends
 from celery_cronstore.beat.stop import StopSignal
 from celery_cronstore.config import Config
 from celery_cronstore.records import Claim
@@ -85,6 +87,8 @@ class Sender:
         self._unmarked: list[Claim] = []
         #: SIGTERM/SIGINT: a send ends its chunk, then beat stops.
         self.stop = stop or StopSignal()
+        #: What went out lately: written back after an outage if the database lost it.
+        self.recent = RecentSends()
 
     @property
     def pending(self) -> int:
@@ -127,7 +131,9 @@ class Sender:
             if dispatcher is None or dispatcher.producer is not producer:
                 # One per broker connection, as kombu's own declare cache: the queues are
                 # declared and the tasks looked up once, not again for every fire.
-                dispatcher = self._dispatcher = Dispatcher(self.app, producer)
+                dispatcher = self._dispatcher = Dispatcher(
+                    self.app, producer, fast=self.config.fast_path
+                )
             for start in range(0, len(claims), PUBLISH_CHUNK):
                 done = start
                 if self.stop.requested:  # beat is stopping: the rest is handed back
@@ -193,8 +199,10 @@ class Sender:
         return True
 
     def retry_pending(self) -> bool:
-        """Publish the claims that waited for the broker (those whose task is still there
-        and enabled); return whether all went."""
+        """Mark what went while the database was away, then publish the claims that
+        waited for the broker (those whose task is still there and enabled); return
+        whether all went."""
+        self._mark_leftovers()
         if not self._pending:
             return True
         # They waited for the broker: a task disabled meanwhile must not run.
@@ -206,6 +214,14 @@ class Sender:
         self._mark_leftovers()
         waiting, self._pending = self._pending, []
         return self.claimer.hand_back(waiting)
+
+    def restore(self) -> int:
+        """After a failover, before claiming again: write back the fires sent lately
+        whose claims the database lost (``store.restore``); return how many."""
+        sent = self.recent.since(time.monotonic())
+        if not sent:
+            return 0
+        return self.claimer.restore(sent, self.config.history).written
 
     def _once(self, claim: Claim) -> bool:
         """Whether a second publish of ``claim`` could run it twice (see the seam)."""
@@ -232,6 +248,7 @@ class Sender:
                 "and are not sent again",
                 len(once),
             )
+            self.recent.add(once, time.monotonic())
             self.claimer.mark_maybe_sent(once)
 
     def _mark_leftovers(self) -> None:
@@ -269,6 +286,7 @@ class Sender:
         """Mark the sent claims, drop the unsendable ones, and count both. Sent claims
         whose mark the database did not take are kept and marked at the next publish."""
         if sent:
+            self.recent.add(sent, time.monotonic())
             try:
                 (self.mark if mark is None else mark)(sent)
             except DATABASE_ERRORS:

@@ -8,9 +8,13 @@ which :class:`celery_cronstore.beat.dispatch.Dispatcher` reproduces byte for byt
 
 from __future__ import annotations
 
+import logging
+from datetime import datetime
 from typing import Any
 
-__all__ = ["protocol2_body", "protocol2_headers"]
+__all__ = ["expiry", "protocol2_body", "protocol2_headers"]
+
+logger = logging.getLogger("celery.beat")
 
 #: The canvas part of a protocol-2 body: beat's messages have none.
 _EMBED: dict[str, Any] = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
@@ -61,3 +65,29 @@ def protocol2_headers(
 def protocol2_body(args: list[Any] | None, kwargs: dict[str, Any] | None) -> tuple[Any, ...]:
     """Return the protocol-2 body of a message beat sends: its arguments, no canvas."""
     return (args or [], kwargs or {}, _EMBED.copy())
+
+
+def expiry(app: Any, task_id: str, expires: Any) -> tuple[str, float]:
+    """Return the ``expires`` header and the ``expiration`` TTL of a message sent now by
+    ``app``, as Celery computes them (a moment past is warned about and gives TTL 0)."""
+    from celery.utils.time import add_seconds_to_datetime, maybe_make_aware
+    from celery.utils.time import subtract_datetimes as elapsed
+
+    now = app.now()
+    if isinstance(expires, datetime):
+        seconds = elapsed(expires, now).total_seconds()
+        header = expires.isoformat()
+    elif isinstance(expires, str):
+        # Celery parses with dateutil's isoparse; rows hold what option_problems let
+        # through (fromisoformat), which both read alike.
+        moment = datetime.fromisoformat(expires.replace("Z", "+00:00"))
+        seconds = elapsed(moment, now).total_seconds()
+        header = expires
+    else:
+        seconds = expires
+        later = add_seconds_to_datetime(now, expires)
+        header = maybe_make_aware(later, tz=app.timezone).isoformat()
+    if seconds < 0:
+        logger.warning("%s has an expiration date in the past (%ss ago)", task_id, -seconds)
+        seconds = 0
+    return header, seconds

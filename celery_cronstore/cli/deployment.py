@@ -23,9 +23,14 @@ from celery_cronstore.cli.group import cronstore
 from celery_cronstore.config import Config
 from celery_cronstore.policy import beat_health
 from celery_cronstore.policy.retention import parse_age
+from celery_cronstore.policy.roles import RoleFacts, RoleNote, role_notes
+from celery_cronstore.store.db import Database
+from celery_cronstore.store.engine import DATABASE_ERRORS
 from celery_cronstore.store.heartbeat import look_backlog
+from celery_cronstore.store.listen import database_lines
 from celery_cronstore.store.migrate import head_revision
 from celery_cronstore.store.retention import PRUNE_BATCH
+from celery_cronstore.store.roles import read_role
 
 __all__ = ["HEALTH_TIMEOUT", "health", "migrate", "prune"]
 
@@ -75,6 +80,12 @@ def migrate(ctx: click.Context) -> None:
     is_flag=True,
     help="Only beats on the host running this command (a per-pod liveness probe).",
 )
+@click.option(
+    "--require-firing",
+    is_flag=True,
+    help="Unhealthy when every alive beat has firing off (CRONSTORE_FIRE=0); without it "
+    "such beats are healthy and the line says that firing is off.",
+)
 @click.pass_context
 def health(
     ctx: click.Context,
@@ -83,6 +94,7 @@ def health(
     timeout: float,
     host: str | None,
     this_host: bool,
+    require_firing: bool,
 ) -> None:
     """Exit 0 if a beat ticked within --max-age seconds, is not stalled, and no due work
     waits longer than --max-late; else 1.
@@ -93,6 +105,15 @@ def health(
     fire time (the store as a whole, whatever --host says); a look that cannot get an
     answer within --timeout (a locked table) is unhealthy too, and an unreachable store
     is exit 1 with one line. A liveness probe for beat's container.
+
+    It also names, a line each, what of beat's work the database role it connects as may
+    not do (PostgreSQL, MariaDB): VACUUM tables it does not own (vacuum:), prune without
+    DELETE (prune:), or schedule at all (scheduling:). These lines leave the exit status
+    as it is.
+
+    A beat started with firing off (CRONSTORE_FIRE=0, a staging copy) claims nothing on
+    purpose: when every alive beat is such a beat, health says that firing is off and
+    exits 0, or 1 with --require-firing.
     """
     if host is not None and this_host:
         raise BadInputError("give --host or --this-host, not both")
@@ -106,10 +127,20 @@ def health(
     limit = lease if max_late is None else max_late
     backlog = look_backlog(store.db, limit=limit, timeout=timeout)
     now = backlog.now
-    healthy, reason = beat_health(beats, now, max_age=max_age, stall_limit=limit, backlog=backlog)
+    healthy, reason = beat_health(
+        beats,
+        now,
+        max_age=max_age,
+        stall_limit=limit,
+        backlog=backlog,
+        require_firing=require_firing,
+    )
     if not beats:
         where = f" on host {host}" if host is not None else ""
         reason = f"unhealthy: no beat{where} has ever ticked in {store.url}"
+    facts = _role(store.db)
+    notes = [] if facts is None else role_notes(facts)
+    database = database_lines(store.db.engine, Config.from_app(get_app(ctx)))
     if get_settings(ctx).as_json:
         emit_json(
             {
@@ -126,14 +157,35 @@ def health(
                     "blocked": backlog.blocked,
                 },
                 "beats": [b._asdict() for b in beats],
+                "role": None if facts is None else _role_json(facts, notes),
+                "database": database[0] if database else None,
             }
         )
         if not healthy:
             ctx.exit(EXIT_FAILED)
     elif healthy:
-        click.echo(reason)
-    else:
-        raise CommandError(reason)
+        click.echo("\n".join([reason, *(n.text for n in notes), *database]))
+    else:  # the verdict first and alone on stdout: a probe's log shows one line
+        raise CommandError("\n".join([reason, *(n.text for n in notes)]))
+
+
+def _role(db: Database) -> RoleFacts | None:
+    """Read the role's privileges; ``None`` when there are no roles or the read failed
+    (an informational look: it never makes health fail)."""
+    try:
+        return read_role(db)
+    except DATABASE_ERRORS:
+        return None
+
+
+def _role_json(facts: RoleFacts, notes: list[RoleNote]) -> dict[str, object]:
+    return {
+        "name": facts.role,
+        "not_owned": list(facts.not_owned),
+        "missing": [list(pair) for pair in facts.missing],
+        "breaks_scheduling": any(n.breaks_scheduling for n in notes),
+        "warnings": [{"kind": n.kind, "text": n.text} for n in notes],
+    }
 
 
 @cronstore.command(cls=Command)

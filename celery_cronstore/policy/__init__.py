@@ -41,6 +41,7 @@ from celery_cronstore.policy.fires import (
     plan,
     plan_past,
     resume_point,
+    runs_left,
     withheld,
 )
 from celery_cronstore.policy.health import CLOCK_WARN, CLOCK_WARN_EVERY, beat_health
@@ -142,6 +143,7 @@ __all__ = [
     "readable_timer",
     "replans",
     "resume_point",
+    "runs_left",
     "send_refusal",
     "start_lease",
     "stray_next_run",

@@ -29,6 +29,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
 
 from celery_cronstore.states import FireState
 from celery_cronstore.timers import Timer
@@ -52,6 +54,7 @@ __all__ = [
     "Episode",
     "TaskFacts",
     "by_kind",
+    "check_alert_settings",
     "evaluate",
     "parse_alert_after",
     "retry_delay",
@@ -340,3 +343,45 @@ def by_kind(episodes: Sequence[Episode]) -> dict[int, dict[str, Episode]]:
     for episode in episodes:
         out.setdefault(episode.periodic_task_id, {})[episode.kind] = episode
     return out
+
+
+def check_alert_settings(values: dict[str, Any]) -> None:
+    """Refuse an alert setting beat could not use, naming it (at start, not at the first
+    alert)."""
+    after = values.get("alert_after")
+    if after is not None:
+        try:
+            parse_alert_after(after)
+        except ValueError as exc:
+            raise ValueError(f"cronstore_{exc}") from None
+    hook = values.get("alert_webhook", "")
+    if hook and not hook.lower().startswith(("http://", "https://")):
+        raise ValueError(
+            "cronstore_alert_webhook must be an http:// or https:// URL, got "
+            f"{hook.split(':', 1)[0]!r} (a URL's scheme)"
+        )
+    for name, url in values.get("alert_pings", {}).items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(
+                "cronstore_alert_pings: each key must be a task name or a shell-style pattern"
+                f' such as "billing-*", got {name!r}'
+            )
+        _check_ping(name, url)
+
+
+def _check_ping(name: str, url: Any) -> None:
+    """Refuse a ping URL that is not ``http(s)://host...``, naming the entry but not the
+    URL (its path is its secret)."""
+    if not isinstance(url, str):
+        problem = f"got a value of type {type(url).__name__}"
+    elif "://" not in url:
+        problem = "got no scheme (write https://...)"
+    elif not url.lower().startswith(("http://", "https://")):
+        problem = f"got scheme {url.split('://', 1)[0]!r}"
+    elif not urlsplit(url).netloc.rpartition("@")[2]:
+        problem = "got no host"
+    else:
+        return
+    raise ValueError(
+        f"cronstore_alert_pings[{name!r}] must be an http:// or https:// URL: {problem}"
+    )

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The columns whose change re-plans a task: when it fires, and whether.
-REPLAN_FIELDS = ("timer", "timer_kind", "tz", "enabled")
+REPLAN_FIELDS = ("timer", "timer_kind", "tz", "enabled", "max_runs")
 
 
 @dataclass(frozen=True)
@@ -153,9 +153,12 @@ def edit_plan(
     enabled = bool(values.get("enabled", task.enabled))
     missed = unclaimed(task, now, "re-planned" if enabled else "disabled")
     last = None if missed is None else (missed.fire_until or missed.fire_time)
+    # A task that has run its max_runs plans nothing; raising the bound plans it again.
+    bound = values.get("max_runs", task.max_runs)
+    ended = bound is not None and task.total_run_count >= bound
     return EditPlan(
         replan=True,
-        next_run=first_plan(timer, now, last or task.last_fire, enabled),
+        next_run=first_plan(timer, now, last or task.last_fire, enabled and not ended),
         missed=missed,
         last_fire=last,
         clear_error=task.error is not None,

@@ -32,6 +32,7 @@ __all__ = [
     "plan",
     "plan_past",
     "resume_point",
+    "runs_left",
     "withheld",
 ]
 
@@ -175,6 +176,9 @@ def plan(
     row's ``last_fire`` and points in ``taken`` are already in the ledger: they are passed
     over, never claimed twice.
     """
+    left = runs_left(task)
+    if left == 0:  # max_runs reached: the schedule has ended (an edit raising it re-plans)
+        return Plan(RowUpdate(next_run=None))
     if task.next_run is None or task.next_run == EPOCH:
         # Added or re-timed by raw SQL: plan only, nothing was due yet.
         return Plan(RowUpdate(next_run=timer.first_fire(now, task.last_fire)))
@@ -186,6 +190,8 @@ def plan(
     if walk.first is None:  # nothing due after all
         return Plan(RowUpdate(next_run=walk.following))
     publish = choose(task.misfire_policy, walk.tail, now, grace, limit)
+    if left is not None:  # the newest of them, up to the runs max_runs leaves
+        publish = publish[-left:]
     entries: list[Entry] = []
     claims: list[Claim] = []
     missed = walk.count - len(publish)
@@ -229,8 +235,18 @@ def plan(
         else:
             entries.append(claimed)
             claims.append(make_claim(task, when, claimed.task_id, claimed.attempts, timer))
-    update = RowUpdate(next_run=walk.following, last_fire=walk.tail[-1], runs=len(claims))
+    ended = left is not None and len(claims) >= left
+    following = None if ended else walk.following
+    update = RowUpdate(next_run=following, last_fire=walk.tail[-1], runs=len(claims))
     return Plan(update, entries, claims)
+
+
+def runs_left(task: PeriodicTask) -> int | None:
+    """Return how many scheduled fires ``task``'s ``max_runs`` still allows (``None``: no
+    bound). Its run count (``total_run_count``) counts the fires beat claimed to send."""
+    if task.max_runs is None:
+        return None
+    return max(0, task.max_runs - task.total_run_count)
 
 
 def resume_point(next_run: datetime, last_fire: datetime | None, timer: Timer) -> datetime | None:

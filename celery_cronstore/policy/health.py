@@ -12,6 +12,13 @@ beat claimed, and claims not published that long after their fire time. Any of t
 backlog look that could not get an answer in time (a table locked), is unhealthy,
 whatever the heartbeats say. The store is healthy when at least one alive beat is not
 stalled and the backlog is empty.
+
+A beat started with firing off (``CRONSTORE_FIRE=0``: a staging copy of a production
+store) claims nothing on purpose. When every alive beat is such a beat, the store is
+healthy (a liveness probe must not restart a beat that does what it was told), the line
+says that firing is off and due work waits, and the backlog is not judged; with
+``require_firing`` it is unhealthy instead. Alive beats that fire are judged as above,
+and the others are named in the line.
 """
 
 from __future__ import annotations
@@ -22,8 +29,17 @@ from datetime import datetime
 
 from celery_cronstore.records import Beat
 
-__all__ = ["CLOCK_WARN", "CLOCK_WARN_EVERY", "Backlog", "backlog_problem", "beat_health"]
+__all__ = [
+    "CLOCK_WARN",
+    "CLOCK_WARN_EVERY",
+    "OFF_SWITCH",
+    "Backlog",
+    "backlog_problem",
+    "beat_health",
+]
 
+#: How a beat is started with firing off, as the lines name it.
+OFF_SWITCH = "CRONSTORE_FIRE=0 or cronstore_fire = False"
 #: A host clock further than this (seconds) from the database's is reported.
 CLOCK_WARN = 1.0
 #: Seconds between two such reports of one process.
@@ -82,9 +98,11 @@ def beat_health(
     max_age: float,
     stall_limit: float,
     backlog: Backlog | None = None,
+    require_firing: bool = False,
 ) -> tuple[bool, str]:
     """Return (healthy, one line saying why) for ``beats`` (newest heartbeat first) and
-    the store's ``backlog`` (``None``: not looked at)."""
+    the store's ``backlog`` (``None``: not looked at); ``require_firing``: a store whose
+    alive beats all have firing off is unhealthy."""
     if not beats:
         return False, "unhealthy: no beat has ever ticked"
     alive = [b for b in beats if (now - b.last_tick).total_seconds() <= max_age]
@@ -95,16 +113,30 @@ def beat_health(
             f"unhealthy: newest beat tick was {age:.1f}s ago (max {max_age:g}s), "
             f"by {newest.node} at {newest.last_tick.isoformat()}"
         )
+    firing = [b for b in alive if b.firing is not False]
+    if not firing:
+        off = alive[0]
+        age = (now - off.last_tick).total_seconds()
+        text = (
+            f"firing is off: beat {off.node} (ticked {age:.1f}s ago, max {max_age:g}s) was "
+            f"started with {OFF_SWITCH}: it claims and publishes nothing, and due work "
+            "waits"
+        )
+        if require_firing:
+            return False, f"unhealthy: {text} (--require-firing)"
+        return True, f"healthy: {text}"
     problem = None if backlog is None else backlog_problem(backlog, stall_limit)
     if problem is not None:
         return False, problem
-    for candidate in alive:
+    unarmed = len(alive) - len(firing)
+    also = f"; {unarmed} more alive beat(s) with firing off ({OFF_SWITCH})" if unarmed else ""
+    for candidate in firing:
         stalled = _stalled_for(candidate, now)
         if stalled is None or stalled <= stall_limit:
             age = (now - candidate.last_tick).total_seconds()
             text = f"healthy: beat {candidate.node} ticked {age:.1f}s ago (max {max_age:g}s)"
-            return True, text + _clock_note(candidate)
-    worst = alive[0]
+            return True, text + _clock_note(candidate) + also
+    worst = firing[0]
     return False, (
         f"unhealthy: beat {worst.node} ticks but has had due fires it could not claim or "
         f"publish for {_stalled_for(worst, now) or 0:.1f}s (more than the lease of "

@@ -46,6 +46,8 @@ def stray_next_run(task: PeriodicTask, now: datetime) -> str | None:
     fire, or skip fires, without an error. ``None``: the row is as beat would leave it.
     A timer that cannot be read is reported too (planning it records the error).
     """
+    if task.max_runs is not None and task.total_run_count >= task.max_runs:
+        return None  # its schedule has ended: no next run is as beat leaves it
     try:
         expected = timer_of(task).first_fire(now, task.last_fire)
     except Exception as exc:  # whatever is wrong, planning names it

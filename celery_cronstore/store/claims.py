@@ -51,6 +51,7 @@ from celery_cronstore.store.look import PEEK_REUSE, Look
 from celery_cronstore.store.marks import Marks
 from celery_cronstore.store.peers import PeerGuard
 from celery_cronstore.store.refusal import SendCheck, timer_or_none
+from celery_cronstore.store.restore import Restored, restore
 from celery_cronstore.store.rows import to_task
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.seam import NullSeam, TaskSeam
@@ -168,9 +169,11 @@ class Claimer:
         started_at: datetime,
         stalled_since: datetime | None = None,
         clock_offset: float | None = None,
+        *,
+        firing: bool = True,
     ) -> datetime:
         """Record that this beat ticked: :meth:`BeatHeartbeat.heartbeat`."""
-        return self.beats.heartbeat(started_at, stalled_since, clock_offset)
+        return self.beats.heartbeat(started_at, stalled_since, clock_offset, firing=firing)
 
     def mark_published(
         self,
@@ -179,6 +182,15 @@ class Claimer:
     ) -> int:
         """Mark claims published, fenced on node and attempt: :meth:`Marks.mark_published`."""
         return self.marks.mark_published(claims, ago)
+
+    def restore(self, sent: list[Claim], keep: timedelta | None = None) -> Restored:
+        """After a failover: make the ledger hold the fires this beat sent lately as sent
+        (:func:`~celery_cronstore.store.restore.restore`; ``keep``: the ledger's
+        retention), and mark them published, with no start lease: a fire whose start
+        record was lost with its claim is never sent again."""
+        restored = restore(self.db, self.node, sent, keep)
+        self.marks.mark_published(restored.to_mark, watch=False)
+        return restored
 
     def mark_sending(self, claims: list[Claim]) -> list[Claim]:
         """Record claims as being sent; return those to send: :meth:`Marks.mark_sending`."""
@@ -372,3 +384,13 @@ class Claimer:
         # them all from ix_cronstore_fire_task_state and keep the newest.
         rows = conn.execute(query).all()
         return max(((r.fire_time, r.state) for r in rows), default=None)
+
+
+#: How each database says a transaction was chosen as a deadlock's victim.
+_DEADLOCK = ("Deadlock found when trying to get lock", "deadlock detected")
+
+
+def deadlock(exc: StoreUnavailableError) -> bool:
+    """Return whether ``exc`` is a deadlock the server broke by rolling this transaction
+    back (MySQL/MariaDB error 1213, PostgreSQL SQLSTATE 40P01): retried, not an outage."""
+    return not exc.unreachable and any(text in exc.reason for text in _DEADLOCK)

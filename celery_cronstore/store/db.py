@@ -14,7 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
-from celery_cronstore.store.engine import WRITE_OPTION, Clock, db_now, probe
+from celery_cronstore.store.engine import Clock, db_now, probe
+from celery_cronstore.store.sqlite import WRITE_OPTION
 
 __all__ = ["Database"]
 

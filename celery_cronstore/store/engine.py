@@ -31,11 +31,13 @@ from sqlalchemy.pool import (
 )
 
 from celery_cronstore.errors import StoreError, StoreUnavailableError
+from celery_cronstore.store.pooler import check_pooler
+from celery_cronstore.store.pooler import install as install_pooler
+from celery_cronstore.store.sqlite import install as install_sqlite
 from celery_cronstore.store.urls import driver_hint, network_args, url_problem
 
 __all__ = [
     "DATABASE_ERRORS",
-    "WRITE_OPTION",
     "Dialect",
     "as_utc",
     "connection_lost",
@@ -53,8 +55,6 @@ __all__ = [
 #: off and retries on any of them, as on an outage, without importing SQLAlchemy itself.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (StoreUnavailableError, sa.exc.SQLAlchemyError)
 
-#: Execution option marking a transaction that writes (SQLite: ``BEGIN IMMEDIATE``).
-WRITE_OPTION = "cronstore_write"
 
 Clock = Callable[[], datetime]
 
@@ -79,7 +79,7 @@ def redact(url: str | URL) -> str:
 
 
 def create_store_engine(
-    url: str, *, session_timeout: float | None = None, **options: Any
+    url: str, *, session_timeout: float | None = None, pooler: str = "auto", **options: Any
 ) -> Engine:
     """Create an engine for ``url`` with the settings the store relies on.
 
@@ -88,11 +88,25 @@ def create_store_engine(
     shared by every connection of the engine. ``session_timeout`` (seconds; PostgreSQL and
     MariaDB) bounds how long a session may sit in a transaction, wait for a lock or run a
     statement: a process frozen mid-transaction is cut off and its row locks released.
+    ``pooler`` (PostgreSQL; ``cronstore_pooler``) says whether a connection pooler sits in
+    front of the server and in which mode, or (``auto``) has the first connection find out
+    (:mod:`~celery_cronstore.store.pooler`): through a transaction pooler the limits are
+    set per transaction and prepared statements are off.
     """
     problem = url_problem(url) if isinstance(url, str) else None
     if problem is not None:
         raise StoreError(problem)
+    try:
+        check_pooler(pooler)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
     parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend != "postgresql" and pooler in ("session", "transaction"):
+        raise StoreError(
+            f"cronstore_pooler = {pooler!r} is for PostgreSQL behind PgBouncer; the store is"
+            f" {backend}: leave cronstore_pooler unset (auto) or set it to none"
+        )
     if "pool" not in options and "poolclass" not in options and _queue_pooled(parsed):
         options["poolclass"] = _pool_class(parsed)
     if parsed.get_backend_name() != "sqlite":
@@ -106,6 +120,8 @@ def create_store_engine(
         engine = _create(parsed, url, options)
         if own_reset:
             _reset_quietly(engine)
+        if engine.dialect.name == "postgresql":
+            install_pooler(engine, pooler, session_timeout)
         if session_timeout is not None:
             _limit_sessions(engine, session_timeout)
         return _fork_safe(engine)
@@ -119,28 +135,8 @@ def create_store_engine(
     if not memory:
         _fork_safe(engine)
 
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # Let SQLAlchemy, not the driver, decide where transactions begin (pysqlite quirk).
-        dbapi_conn.isolation_level = None
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA foreign_keys=ON")
-        if not memory:
-            cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: sa.Connection) -> None:
-        # Writers take the lock up front so a read-then-claim is atomic across processes;
-        # readers (beat's idle peek) must not queue behind writers for it.
-        write = conn.get_execution_options().get(WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
+    install_sqlite(engine, memory=memory)
     return engine
-
-
-_PG_LIMITS = ("idle_in_transaction_session_timeout", "lock_timeout", "statement_timeout")
 
 
 def _create(parsed: URL, url: str, options: dict[str, Any]) -> Engine:
@@ -156,16 +152,30 @@ def _create(parsed: URL, url: str, options: dict[str, Any]) -> Engine:
         # psycopg marks its connection broken only once it reads the closed socket, not
         # on the server's last words (AdminShutdown): say it is a disconnect, so SQLAlchemy
         # invalidates this connection and every other one of the pool (a pre-ping too).
-        if not context.is_disconnect and connection_lost(context.original_exception):
+        if not context.is_disconnect and (
+            connection_lost(context.original_exception) or _broken(context)
+        ):
             context.is_disconnect = True
         # A failed pre-ping must stay SQLAlchemy's: the pool reconnects on it.
-        if context.is_pre_ping or not _translated(context.sqlalchemy_exception):
+        translated = context.is_disconnect or _translated(context.sqlalchemy_exception)
+        if context.is_pre_ping or not translated:
             return None
         # No connection: it failed to open.
         unreachable = context.is_disconnect or context.connection is None
         return unavailable(engine.url, context.original_exception, unreachable=unreachable)
 
     return engine
+
+
+def _broken(context: ExceptionContext) -> bool:
+    """Whether the failed statement's psycopg connection is broken: PgBouncer, when the
+    server session under a transaction ends (an idle-in-transaction timeout), says
+    "server conn crashed?" after the server's own error and hangs up; psycopg raises
+    "received 2 results" (an ``InternalError`` without a SQLSTATE) for that."""
+    try:
+        return getattr(context.connection.connection.dbapi_connection, "broken", False) is True  # type: ignore[union-attr]
+    except Exception:  # no connection (it failed to open), or already invalidated
+        return False
 
 
 def _translated(error: BaseException | None) -> bool:
@@ -308,44 +318,23 @@ def _pool_class(url: URL) -> type[QueuePool]:
 
 
 def _limit_sessions(engine: Engine, seconds: float) -> None:
-    """Set the server's own limits on every new connection of ``engine`` (see above)."""
-    millis = max(1000, int(seconds * 1000))
+    """Set MySQL's and MariaDB's own limits on every new connection of ``engine`` (see
+    above; PostgreSQL's, per session or per transaction, are :mod:`.pooler`'s)."""
+    if engine.dialect.name == "postgresql":
+        return
     whole = max(1, math.ceil(seconds))
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         cursor = dbapi_conn.cursor()
-        if engine.dialect.name == "postgresql":
-            for name in (
-                "idle_in_transaction_session_timeout",
-                "lock_timeout",
-                "statement_timeout",
-            ):
-                cursor.execute(f"SET SESSION {name} = {millis}")
-        else:
-            cursor.execute("SELECT VERSION()")
-            maria = "mariadb" in str(cursor.fetchone()[0]).lower()
-            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {whole}")
-            if maria:  # MySQL has neither; its max_execution_time covers SELECTs only
-                cursor.execute(f"SET SESSION idle_transaction_timeout = {whole}")
-                cursor.execute(f"SET SESSION max_statement_time = {seconds:g}")
+        cursor.execute("SELECT VERSION()")
+        maria = "mariadb" in str(cursor.fetchone()[0]).lower()
+        cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {whole}")
+        if maria:  # MySQL has neither; its max_execution_time covers SELECTs only
+            cursor.execute(f"SET SESSION idle_transaction_timeout = {whole}")
+            cursor.execute(f"SET SESSION max_statement_time = {seconds:g}")
         cursor.close()
         dbapi_conn.commit()
-
-    if engine.dialect.name == "postgresql":
-
-        @event.listens_for(engine, "after_cursor_execute")
-        def _rearm(
-            conn: sa.Connection, cursor: Any, _sql: str, _p: Any, _c: Any, executemany: bool
-        ) -> None:
-            # psycopg 3 runs executemany in pipeline mode, after which PostgreSQL does not
-            # arm idle_in_transaction_session_timeout: a beat frozen just after its claim's
-            # batch UPDATE held its row locks for as long as it stayed frozen. One plain
-            # statement (own cursor: the batch's rowcount is still to be read) re-arms it.
-            if executemany and conn.in_transaction():
-                extra = cursor.connection.cursor()
-                extra.execute("SELECT 1")
-                extra.close()
 
 
 def probe(engine: Engine) -> Dialect:

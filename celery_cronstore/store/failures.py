@@ -35,9 +35,10 @@ from celery_cronstore.policy.outcomes import LATE_GRACE
 from celery_cronstore.records import EPOCH
 from celery_cronstore.states import BAD_ENDS
 from celery_cronstore.store.outcomes import failing_clause
-from celery_cronstore.store.schema import fire, periodic_task
+from celery_cronstore.store.schema import beat, fire, periodic_task
 
 __all__ = [
+    "ALIVE_WITHIN",
     "DEFAULT_WINDOW",
     "DETAIL_MAX",
     "FAILING_CAP",
@@ -72,6 +73,9 @@ MAX_FAILURE_LIMIT = 200
 DETAIL_MAX = 8000
 #: The summary counts failing tasks up to this many (then shows ``10000+``).
 FAILING_CAP = 10_000
+#: A beat counts as running in the summary when it ticked this recently (its heartbeat
+#: comes every 5 s).
+ALIVE_WITHIN = timedelta(seconds=60)
 
 
 def window_of(text: str | None) -> str:
@@ -150,6 +154,10 @@ class Summary:
     late: int
     #: The failing count reached :data:`FAILING_CAP`.
     failing_capped: bool = False
+    #: Beats that ticked within :data:`ALIVE_WITHIN`: those that fire, and those started
+    #: with firing off (``CRONSTORE_FIRE=0``: they claim and publish nothing).
+    beats_firing: int = 0
+    beats_off: int = 0
 
 
 def failures(
@@ -253,6 +261,12 @@ def summary(
         .subquery()
     )
     n_failing = int(conn.execute(sa.select(sa.func.count()).select_from(failing)).scalar_one())
+    off = beat.c.firing == sa.false()
+    beats = conn.execute(
+        sa.select(_count(sa.or_(beat.c.firing.is_(None), ~off)), _count(off)).where(
+            beat.c.last_tick >= now - ALIVE_WITHIN
+        )
+    ).one()
     return Summary(
         tasks=int(row[0]),
         enabled=_int(row[1]),
@@ -260,6 +274,8 @@ def summary(
         failing=min(n_failing, FAILING_CAP),
         late=_int(row[3]),
         failing_capped=n_failing > FAILING_CAP,
+        beats_firing=_int(beats[0]),
+        beats_off=_int(beats[1]),
     )
 
 

@@ -34,12 +34,14 @@ class BeatHeartbeat:
         started_at: datetime,
         stalled_since: datetime | None = None,
         clock_offset: float | None = None,
+        *,
+        firing: bool = True,
     ) -> datetime:
         """Record that this beat ticked (for ``cronstore health``); return the db time.
 
         ``stalled_since``: since when it has had due fires it could neither claim nor
         publish (``None``: it keeps up); ``clock_offset``: its host's clock minus the
-        database's, in seconds.
+        database's, in seconds; ``firing``: ``False`` when it was started with firing off.
         """
         with self.db.begin() as conn:
             now = self.db.now(conn)
@@ -47,6 +49,7 @@ class BeatHeartbeat:
                 "last_tick": now,
                 "stalled_since": stalled_since,
                 "clock_offset": clock_offset,
+                "firing": firing,
             }
             result = conn.execute(sa.update(beat).where(beat.c.node == self.node).values(values))
             if result.rowcount == 0:

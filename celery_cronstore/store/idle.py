@@ -8,6 +8,11 @@ four round trips for one answer. Here each is one statement on a connection beat
 (autocommit, outside the pool, so it is never shared), which psycopg 3 prepares after
 its fifth execution. On an error the connection is closed and the error raised; the next
 call opens another (a database restart costs one failed tick, as before).
+
+Through a transaction pooler (:mod:`.pooler`) the connection holds no session state:
+each statement runs in a transaction of its own that first sets the session limits and
+``synchronous_commit`` for itself (``set_config(..., true)``), all four statements sent
+as one pipeline (one round trip), and psycopg prepares nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from sqlalchemy.dialects import postgresql
 
 from celery_cronstore.store import leases
 from celery_cronstore.store.engine import as_utc, driver_error
+from celery_cronstore.store.pooler import pooling_of
 from celery_cronstore.store.schema import beat, fire, periodic_task
 
 __all__ = [
@@ -62,6 +68,8 @@ class HeldConnection:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self._raw: Any = None
+        #: Through a transaction pooler: what each statement's transaction sets first.
+        self._prelude: str | None = None
 
     def one(self, sql: str, params: dict[str, Any] | None = None) -> tuple[Any, ...]:
         """Run ``sql`` and return its one row; on any error close the connection, re-raise.
@@ -73,12 +81,16 @@ class HeldConnection:
         try:
             if self._raw is None:
                 self._raw = self._open()
-            cursor = self._raw.dbapi_connection.cursor()
-            try:
-                cursor.execute(sql, params)
-                row = cursor.fetchone()
-            finally:
-                cursor.close()
+            driver = self._raw.dbapi_connection
+            if self._prelude is not None:
+                row = _in_transaction(driver, self._prelude, sql, params)
+            else:
+                cursor = driver.cursor()
+                try:
+                    cursor.execute(sql, params)
+                    row = cursor.fetchone()
+                finally:
+                    cursor.close()
         except self.engine.dialect.loaded_dbapi.Error as exc:
             self.close()
             raise driver_error(self.engine, sql, params, exc, opening=opening) from exc
@@ -101,13 +113,32 @@ class HeldConnection:
             self.engine.dialect.set_isolation_level(raw.dbapi_connection, "AUTOCOMMIT")
             # Its only write is the heartbeat: a crash may lose the last one, which costs
             # nothing, so it need not wait for the WAL flush (most of its time otherwise).
-            cursor = raw.dbapi_connection.cursor()
-            cursor.execute("SET synchronous_commit = off")
-            cursor.close()
+            pooling = pooling_of(self.engine)
+            if pooling is not None and pooling.per_transaction:
+                self._prelude = pooling.statement(synchronous_commit="off")
+            else:
+                self._prelude = None
+                cursor = raw.dbapi_connection.cursor()
+                cursor.execute("SET synchronous_commit = off")
+                cursor.close()
         except BaseException:
             raw.close()
             raise
         return raw
+
+
+def _in_transaction(driver: Any, prelude: str, sql: str, params: Any) -> tuple[Any, ...]:
+    """Run ``prelude`` then ``sql`` in one transaction of their own on psycopg connection
+    ``driver`` (in autocommit), sent as one pipeline; return ``sql``'s one row."""
+    with driver.pipeline():
+        driver.execute("BEGIN")
+        driver.execute(prelude)
+        cursor = driver.execute(sql, params)
+        driver.execute("COMMIT")
+    try:
+        return tuple(cursor.fetchone())
+    finally:
+        cursor.close()
 
 
 def _render(statement: sa.ClauseElement, dialect: sa.Dialect) -> str:

@@ -9,6 +9,11 @@ in autocommit. It is opened on the first wait, not before (``lazy=True`` beats d
 When it breaks (a database restart), :meth:`Listener.wait` says it could not wait and
 retries later with a growing back-off: beat sleeps plainly meanwhile and, once listening
 again, looks at once (what changed while it was deaf was not notified).
+
+LISTEN needs a session of its own, which a transaction pooler (PgBouncer's
+``pool_mode = transaction``) does not give: there :func:`listener_for` listens on
+``cronstore_listen_url`` (a direct URL of the same database) if set, else gives no
+listener and beat polls every ``cronstore_poll_interval``.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-__all__ = ["CHANNEL", "Listener"]
+from celery_cronstore.store.engine import create_store_engine, redact
+from celery_cronstore.store.pooler import describe, mode_of
+
+__all__ = ["CHANNEL", "Listener", "changes_line", "database_lines", "listener_for"]
 
 logger = logging.getLogger("celery.beat")
 
@@ -33,8 +41,10 @@ RETRY = (1.0, 30.0)
 class Listener:
     """Wait for ``NOTIFY cronstore_changed`` on a connection of its own."""
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, *, own_engine: bool = False) -> None:
         self.engine = engine
+        #: Whether :meth:`close` disposes the engine (one made for ``cronstore_listen_url``).
+        self.own_engine = own_engine
         self._raw: Any = None  # the detached pool connection (its close() closes the socket)
         self._pgconn: Any = None  # psycopg's libpq connection object
         self._retry_at = 0.0
@@ -58,6 +68,14 @@ class Listener:
                 return min(timeout, self._retry_at - start)
             try:
                 self._connect()
+            except _Pooled:
+                logger.warning(
+                    "beat: %s goes through a transaction pooler: LISTEN cannot work there;"
+                    " polling (set cronstore_listen_url to a direct URL)",
+                    redact(self.engine.url),
+                )
+                self.close()
+                return timeout
             except Exception as exc:  # any failure to listen only costs the fast wake
                 self._fail("cannot listen", exc)
                 return min(timeout, self._retry_at - start)
@@ -89,11 +107,15 @@ class Listener:
         """Close the connection for good (idempotent)."""
         self.closed = True
         self.drop()
+        if self.own_engine:
+            self.engine.dispose()
 
     def _connect(self) -> None:
         raw: Any = self.engine.raw_connection()
         raw.detach()  # a connection of its own: never handed to the pool's other users
         try:
+            if mode_of(self.engine) == "transaction":  # decided as this one connected
+                raise _Pooled
             self.engine.dialect.set_isolation_level(raw.dbapi_connection, "AUTOCOMMIT")
             driver = raw.dbapi_connection  # psycopg 3 needs no adapter: this is its Connection
             pgconn = getattr(driver, "pgconn", None)
@@ -130,3 +152,65 @@ class Listener:
             type(exc).__name__,
             delay,
         )
+
+
+class _Pooled(Exception):
+    """The listen connection goes through a transaction pooler."""
+
+
+def changes_line(
+    mode: str, store_url: str | sa.URL, *, listen: bool, listen_url: str, poll_interval: float
+) -> str:
+    """Return how beat sees changes, for its start-up log and ``cronstore health``, given
+    how the store at ``store_url`` reaches PostgreSQL (``mode``, one of
+    :data:`.pooler.MODES`) and the settings ``cronstore_listen``, ``cronstore_listen_url``
+    and ``cronstore_poll_interval``. No password is shown."""
+    polling = f"polling every {poll_interval:g} s"
+    if not listen:
+        return f"{polling} (cronstore_listen is off)"
+    if listen_url:
+        return f"wake on change through {redact(listen_url)}"
+    if mode == "transaction":
+        return (
+            f"{polling}: LISTEN cannot work through a transaction pooler; set cronstore_listen_url"
+        )
+    return f"wake on change through {redact(store_url)}"
+
+
+def listener_for(
+    engine: sa.Engine, *, listen: bool, listen_url: str, poll_interval: float
+) -> tuple[Listener | None, str]:
+    """Return the listener beat waits on (``None``: beat polls) for the store's PostgreSQL
+    ``engine`` and the settings of :func:`changes_line`, and that function's line.
+
+    Asks the server how ``engine`` reaches it if no connection has said yet. A listener
+    on ``listen_url`` has an engine of its own (closed with it).
+    """
+    mode = mode_of(engine)
+    line = changes_line(
+        mode, engine.url, listen=listen, listen_url=listen_url, poll_interval=poll_interval
+    )
+    if not listen:
+        return None, line
+    if listen_url:
+        own = create_store_engine(listen_url, pool_pre_ping=False)
+        return Listener(own, own_engine=True), line
+    if mode == "transaction":
+        return None, line
+    return Listener(engine), line
+
+
+def database_lines(engine: sa.Engine, config: Any) -> list[str]:
+    """Return ``cronstore health``'s line on how the store's ``engine`` reaches PostgreSQL
+    and how beat sees changes with ``config`` (a :class:`~celery_cronstore.config.Config`),
+    as a list: empty when the store is not PostgreSQL."""
+    if engine.dialect.name != "postgresql":
+        return []
+    changes = changes_line(
+        mode_of(engine),
+        engine.url,
+        listen=config.listen,
+        listen_url=config.listen_url,
+        poll_interval=config.poll_interval,
+    )
+    return [f"database: {describe(engine)}; changes: {changes}"]

@@ -69,6 +69,8 @@ class Marks:
         self,
         claims: list[Claim],
         ago: Mapping[str, float] | None = None,
+        *,
+        watch: bool = True,
     ) -> int:
         """Mark claims as published, fenced on this node and each claim's attempt.
 
@@ -79,14 +81,16 @@ class Marks:
         (:func:`~celery_cronstore.policy.decide_redelivery`). ``ago``: seconds since
         each claim (by task id) was published, when it is marked later (``published_at``
         is then the store's now less that, to :data:`MARK_STEP`); else it is now.
+        ``watch=False``: no start lease (a fire that may have started already, whose
+        start record is lost: never sent again).
         """
         if not claims:
             return 0
-        watch = self._guarded
+        guarded = self._guarded
         groups: dict[tuple[int, bool, int], list[str]] = {}
         for claim in claims:
             # Asked only with a start timeout: without one no fire gets a start lease.
-            watching = self.start_timeout is not None and watch(claim)
+            watching = watch and self.start_timeout is not None and guarded(claim)
             steps = round(ago.get(claim.task_id, 0.0) / MARK_STEP) if ago else 0
             groups.setdefault((claim.attempt, watching, steps), []).append(claim.task_id)
         marked = 0

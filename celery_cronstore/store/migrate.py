@@ -10,7 +10,10 @@ pg_type_typname_nsp_index"; MariaDB: "Table ... already exists").
 - PostgreSQL: ``pg_advisory_xact_lock`` on the migration's own connection, taken as the
   migration's transaction begins and released by its commit (or rollback, or the
   connection's end: a killed migrator leaves no lock behind). The version row becomes
-  visible at the same commit, so the next one reads it.
+  visible at the same commit, so the next one reads it. The lock and the wait's limits
+  (``set_config(..., true)``) live and die with that one transaction, so migrating
+  through a transaction pooler (PgBouncer) leaves nothing on a server session another
+  client gets next.
 - MySQL/MariaDB: ``GET_LOCK`` on the migration's connection (named after the database:
   the lock is server-wide), released once the migrations are done. DDL commits by itself
   there, so the lock, not a transaction, is what keeps the next migrator out.
@@ -36,8 +39,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from celery_cronstore.errors import SchemaVersionError, StoreError
-from celery_cronstore.store.engine import WRITE_OPTION
 from celery_cronstore.store.schema import VERSION_TABLE
+from celery_cronstore.store.sqlite import WRITE_OPTION
 
 __all__ = [
     "MIGRATION_LOCK_TIMEOUT",

@@ -16,6 +16,7 @@ from celery_cronstore import policy
 from celery_cronstore.policy.plain import NOT_STARTED
 from celery_cronstore.states import FireState
 from celery_cronstore.store.db import Database
+from celery_cronstore.store.restore import kept_report
 from celery_cronstore.store.schema import fire, periodic_task
 
 __all__ = ["start_plain"]
@@ -82,7 +83,7 @@ def start_plain(
                 state=FireState.STARTED,
                 started_at=now,
                 node=node,
-                reason=None,
+                reason=kept_report(),
                 lease_until=now + timedelta(seconds=abandon_after),
                 published_at=sa.func.coalesce(
                     _F.published_at, sa.literal(now, _F.published_at.type)

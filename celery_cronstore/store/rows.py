@@ -96,6 +96,7 @@ def to_task(row: sa.Row[Any]) -> PeriodicTask:
         updated_at=m["updated_at"],
         abandon_policy=m["abandon_policy"],
         alert_after=m["alert_after"],
+        max_runs=m["max_runs"],
     )
 
 

@@ -24,6 +24,7 @@ from celery_cronstore.records import PeriodicTask
 from celery_cronstore.states import FINISH_STATES, STARTABLE, WORKER_RUNNING, FireState
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.failures import clip
+from celery_cronstore.store.restore import kept_report
 from celery_cronstore.store.rows import summarize, to_task
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import dumps
@@ -246,7 +247,7 @@ def _record_start(
         conn.execute(
             sa.update(fire)
             .where(_F.id == row.id, _F.state == FireState.RETRYING)
-            .values(state=FireState.STARTED, node=node, reason=None, lease_until=alive)
+            .values(state=FireState.STARTED, node=node, reason=kept_report(), lease_until=alive)
         )
         return True
     values: dict[str, Any] = {

@@ -58,6 +58,8 @@ periodic_task = sa.Table(
     sa.Column("abandon_policy", sa.String(16), nullable=False, server_default="leave"),
     # The task's dead man's switch ("3 periods", "6h"; NULL: the default) (migration 0007).
     sa.Column("alert_after", sa.String(32), nullable=True),
+    # Scheduled fires after which it plans no more; NULL: no limit (migration 0009).
+    sa.Column("max_runs", sa.Integer, nullable=True),
     sa.Index("ix_cronstore_periodic_task_due", "enabled", "next_run"),
     sa.Index("ix_cronstore_periodic_task_owner", "owner_type", "owner_id"),
     sa.Index("ix_cronstore_periodic_task_task", "task"),
@@ -111,6 +113,8 @@ beat = sa.Table(
     sa.Column("stalled_since", UTCDateTime, nullable=True),
     # This beat's clock minus the database's (seconds) at its last heartbeat.
     sa.Column("clock_offset", sa.Float, nullable=True),
+    # False: started with firing off (CRONSTORE_FIRE=0); true or NULL: it fires (0008).
+    sa.Column("firing", sa.Boolean, nullable=True),
 )
 
 #: One alert episode of a task, from open to resolved, with its delivery (migration 0007).

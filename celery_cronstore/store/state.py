@@ -150,6 +150,7 @@ class StoreReads:
             beat.c.last_tick,
             beat.c.stalled_since,
             beat.c.clock_offset,
+            beat.c.firing,
         ).order_by(beat.c.last_tick.desc())
         with self.db.engine.connect() as conn:
             return [Beat(*row) for row in conn.execute(query)]

@@ -210,6 +210,7 @@ class Store(StoreRetire, StoreReads):
         source: str = "api",
         abandon_policy: str = "leave",
         alert_after: str | None = None,
+        max_runs: int | None = None,
         force: bool = True,
         **more: Any,
     ) -> PeriodicTask:
@@ -245,6 +246,7 @@ class Store(StoreRetire, StoreReads):
                 "overlap_policy": overlap_policy,
                 "abandon_policy": abandon_policy,
                 "alert_after": alert_after,
+                "max_runs": max_runs,
                 "tolerance": tolerance,
                 "max_retries": max_retries,
                 "source": source,

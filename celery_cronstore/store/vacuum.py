@@ -7,6 +7,7 @@ import sqlalchemy as sa
 
 from celery_cronstore.policy.vacuum import TableStats
 from celery_cronstore.store.db import Database
+from celery_cronstore.store.pooler import pooling_of
 from celery_cronstore.store.schema import fire, periodic_task
 
 __all__ = ["HOT_TABLES", "table_stats", "vacuum"]
@@ -47,7 +48,14 @@ def vacuum(db: Database, table: str) -> None:
     """Run a plain ``VACUUM`` (no lock against reads or writes) of one of :data:`HOT_TABLES`."""
     if table not in HOT_TABLES:
         raise ValueError(f"not one of the store's hot tables: {table!r}")
+    pooling = pooling_of(db.engine)
     with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        if pooling is not None and pooling.per_transaction:
+            # Through a transaction pooler the session limits are per transaction, so
+            # this autocommit VACUUM has the server's own; a SET here would stay behind on
+            # a server session other clients get (and VACUUM cannot share a transaction).
+            conn.exec_driver_sql(f"VACUUM {table}")
+            return
         # Beat's sessions carry a statement timeout of half the lease; a vacuum of a big
         # table may take longer, and must not leave the pooled session without it.
         limit = conn.exec_driver_sql("SHOW statement_timeout").scalar_one()

@@ -17,6 +17,7 @@ from celery_cronstore.timers.cron import CronTimer
 from celery_cronstore.timers.interval import IntervalTimer
 from celery_cronstore.timers.kinds import DETECTION, TIMER_KINDS, TIMERS, TimerKind
 from celery_cronstore.timers.once import OnceTimer
+from celery_cronstore.timers.solar import SolarTimer
 
 __all__ = [
     "KINDS",
@@ -26,6 +27,7 @@ __all__ = [
     "CronTimer",
     "IntervalTimer",
     "OnceTimer",
+    "SolarTimer",
     "Timer",
     "TimerKind",
     "detect_kind",

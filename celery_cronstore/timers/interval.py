@@ -54,7 +54,25 @@ for _letter, _seconds, _word in _UNITS:
 
 _HEAD = re.compile(r"\s*every(?=\s|$)", re.IGNORECASE)
 _PART = re.compile(r"\s*(?P<number>\d[\d.,]*)\s*(?P<unit>[a-z]*)", re.IGNORECASE | re.ASCII)
-_FROM = re.compile(r"\s+from\s+(?P<instant>\S+)\s*$", re.IGNORECASE)
+
+
+def _split_from(rest: str) -> tuple[str, str, int] | None:
+    """Return (duration text, instant, offset of the instant) when ``rest`` ends with
+    ``<blank>from<blank><instant>``, else ``None``.
+
+    A scan from the end, not a regex search: a search for blanks, ``from``, blanks retries at
+    every blank of a long run and took quadratic time on ``every`` + 16,000 blanks.
+    """
+    end = len(rest.rstrip())
+    start = end
+    while start > 0 and not rest[start - 1].isspace():
+        start -= 1
+    if start == end:
+        return None
+    before = rest[:start].rstrip()
+    if len(before) < 5 or before[-4:].lower() != "from" or not before[-5].isspace():
+        return None
+    return before[:-4], rest[start:end], start
 
 
 def _parse_duration(text: str, expression: str, start: int) -> timedelta:
@@ -99,15 +117,17 @@ def _parse_duration(text: str, expression: str, start: int) -> timedelta:
                 position=start + match.start("unit"),
             )
         seen.add(letter)
-        # Bound the digits before int(): the total is checked against 366 days anyway.
-        if len(number) > 12:
+        # Bound the digits before int() (it raises a plain ValueError past 4,300 of them):
+        # the total is checked against 366 days anyway.
+        significant = number.lstrip("0") or "0"
+        if len(significant) > 12:
             raise TimerSyntaxError(
                 f"interval is longer than the maximum of {MAX_PERIOD.days} days",
                 expression=expression,
                 token=number,
                 position=position,
             )
-        total += int(number) * seconds
+        total += int(significant) * seconds
         at = match.end()
     if not seen:
         raise TimerSyntaxError(
@@ -175,13 +195,16 @@ class IntervalTimer(Timer):
         rest_start = head.end()
         rest = expression[rest_start:]
         origin = EPOCH
-        tail = _FROM.search(rest)
+        tail = _split_from(rest)
         if tail is not None:
-            instant_at = rest_start + tail.start("instant")
+            rest, instant, instant_at = tail
             origin = parse_instant(
-                tail["instant"], zone, expression=expression, position=instant_at, date_only=True
+                instant,
+                zone,
+                expression=expression,
+                position=rest_start + instant_at,
+                date_only=True,
             )
-            rest = rest[: tail.start()]
         period = _parse_duration(rest, expression, rest_start)
         return cls(period, origin, zone, tz_name)
 

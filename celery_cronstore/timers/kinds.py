@@ -10,9 +10,10 @@ matches wins; the last matches anything):
 
 1. starts with ``every `` -> ``interval`` (``every 5m``, ``every 1h30m``)
 2. starts with ``@`` -> ``cron`` macro (``@hourly``, ``@daily``, ...)
-3. an ISO-8601 instant with a ``T`` between date and time -> ``once``
-4. five or six whitespace-separated fields -> ``cron``
-5. anything else -> ``calendar`` (systemd ``OnCalendar=`` syntax)
+3. starts with a solar event -> ``solar`` (``sunrise 52.52 13.405``)
+4. an ISO-8601 instant with a ``T`` between date and time -> ``once``
+5. five or six whitespace-separated fields -> ``cron``
+6. anything else -> ``calendar`` (systemd ``OnCalendar=`` syntax)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from celery_cronstore.timers.calendar import CalendarTimer
 from celery_cronstore.timers.cron import CronTimer
 from celery_cronstore.timers.interval import IntervalTimer
 from celery_cronstore.timers.once import OnceTimer
+from celery_cronstore.timers.solar import SolarTimer, is_solar
 
 __all__ = ["DETECTION", "TIMERS", "TIMER_KINDS", "DetectRule", "Parser", "TimerKind"]
 
@@ -115,6 +117,14 @@ TIMERS: Mapping[str, TimerKind] = MappingProxyType(
                 "one ISO-8601 instant, fired once",
                 "2026-05-01T09:00:00Z",
             ),
+            TimerKind(
+                "solar",
+                SolarTimer.parse,
+                "a solar event at a place: sunrise, sunset, dawn, dusk or solar noon"
+                " (the solar extra)",
+                "sunrise 52.52 13.405",
+                zoned=False,
+            ),
         )
     }
 )
@@ -128,6 +138,7 @@ DETECTION: tuple[DetectRule, ...] = (
         "interval", lambda text: text.lower() == "every" or text.lower().startswith("every ")
     ),
     DetectRule("cron", lambda text: text.startswith("@")),
+    DetectRule("solar", is_solar),
     DetectRule("once", lambda text: _ISO_INSTANT.match(text) is not None),
     DetectRule("cron", lambda text: len(text.split()) in (5, 6)),
     DetectRule("calendar", lambda text: True),

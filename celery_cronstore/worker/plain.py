@@ -30,8 +30,8 @@ from typing import Any
 
 from celery.exceptions import Ignore
 
-from celery_cronstore.policy import H_NAME
 from celery_cronstore.store.plain import start_plain
+from celery_cronstore.worker.headers import row_name
 from celery_cronstore.worker.runtime import liveness_for
 
 __all__ = ["beat_fire", "install", "start"]
@@ -49,8 +49,7 @@ def beat_fire(task: Any, request: Any) -> str | None:
     worker whose app reaches the store; else ``None``."""
     if task is None or getattr(task, "cronstore_guarded", False) or request is None:
         return None
-    headers = getattr(request, "headers", None) or {}
-    if not (headers.get(H_NAME) or getattr(request, H_NAME, None)):
+    if not row_name(request):
         return None
     if not task.app.conf.get("cronstore_url"):
         return None  # this worker has no store: run the task, record nothing

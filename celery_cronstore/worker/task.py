@@ -44,6 +44,7 @@ from celery_cronstore.states import FireState
 from celery_cronstore.store import Store, runs
 from celery_cronstore.worker import liveness_for, node_of, store_for, use_store
 from celery_cronstore.worker.failure import failure_detail
+from celery_cronstore.worker.headers import header, parse_interval, parse_time
 
 __all__ = ["CronTask", "store_for", "use_store"]
 
@@ -84,36 +85,6 @@ class _Run:
         if self.store is not None and self.store.clock is not None:
             return self.store.clock().astimezone(_UTC)
         return self.started_at + timedelta(seconds=time.monotonic() - self.started_mono)
-
-
-def _header(request: Any, name: str) -> Any:
-    headers = getattr(request, "headers", None) or {}
-    if name in headers:
-        return headers[name]
-    return getattr(request, name, None)
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if isinstance(value, str) and value:
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    return None
-
-
-def _parse_interval(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-        return number if number > 0 else None
-    return None
 
 
 def _retry_hold(countdown: float | None, abandon_after: float) -> float:
@@ -221,7 +192,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         request = self.request_stack.top
         if request is None or request.called_directly:
             return super().__call__(*args, **kwargs)
-        name = _header(request, H_NAME)
+        name = header(request, H_NAME)
         if not name or not request.id:
             self._plain_run(request)
             return self.run(*args, **kwargs)
@@ -279,7 +250,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             node=node,
             tolerance=_default_tolerance(self.app),
             retries=int(request.retries or 0),
-            interval=_parse_interval(_header(request, H_INTERVAL)),
+            interval=parse_interval(header(request, H_INTERVAL)),
             abandon_after=live.abandon_after,
         )
         if not decision.started:
@@ -295,7 +266,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
         live.started(task_id, decision.rerun)
         run = _Run(
             task_id=task_id,
-            fire_time=decision.fire_time or _parse_time(_header(request, H_FIRE)),
+            fire_time=decision.fire_time or parse_time(header(request, H_FIRE)),
             deadline=decision.deadline,
             started_at=decision.now,
             started_mono=time.monotonic(),

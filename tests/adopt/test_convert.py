@@ -208,7 +208,7 @@ def test_relative_schedule_is_celerys_rounded_grid() -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (solar("sunrise", 52.5, 13.4), "solar schedules are not supported yet: sunrise"),
+        (solar("sunrise", 89.9, 13.4), "latitude must be a number of degrees"),
         (crontab(0, 9, nowfun=lambda: datetime.now(UTC)), "nowfun"),
         (object(), "cannot convert a builtins.object schedule"),
         (True, "not a schedule"),
@@ -227,8 +227,10 @@ def test_timer_from_entry_uses_the_and_rule_and_names_the_entry() -> None:
         "Mon *-*-01..07 09:00:00", "calendar", "Europe/Berlin"
     )  # fmt: skip
     assert str(timer_from_entry("n", 60.0, "UTC")) == "every 1m"
-    with pytest.raises(ValueError, match="beat_schedule entry 'sun': solar schedules"):
-        timer_from_entry("sun", solar("sunset", 1, 2), "UTC")
+    sun = timer_from_entry("sun", solar("sunset", 1, 2), "UTC")
+    assert (str(sun), sun.kind) == ("sunset 1 2", "solar")
+    with pytest.raises(ValueError, match="beat_schedule entry 'pole': the latitude"):
+        timer_from_entry("pole", solar("sunset", 90, 2), "UTC")
     with pytest.raises(ValueError, match=r"beat_schedule entry 'half': interval 0\.5s"):
         timer_from_entry("half", 0.5, "UTC")
 

@@ -158,7 +158,7 @@ def test_bad_entries_are_refused_and_the_rest_read(tmp_path: Path) -> None:
         "step": {"task": "t", "schedule": "*/0 * * * *"},
         "zone": {"task": "t", "schedule": "Mon 09:00 Mars/Olympus_Mons"},
         "args": {"task": "t", "schedule": 60.0, "args": [object()]},
-        "sun": {"task": "t", "schedule": solar("sunrise", 52.5, 13.4)},
+        "sun": {"task": "t", "schedule": solar("sunrise", 89.9, 13.4)},
         "policy": {"task": "t", "schedule": 60.0, "cronstore": {"colour": "red"}},
         "notask": {"schedule": 60.0},
     }
@@ -169,7 +169,7 @@ def test_bad_entries_are_refused_and_the_rest_read(tmp_path: Path) -> None:
     assert "'*/0'" in reasons["step"] or "*/0" in reasons["step"]
     assert "Mars/Olympus_Mons" in reasons["zone"]
     assert "args must be JSON-serializable" in reasons["args"]
-    assert "solar schedules are not supported yet" in reasons["sun"]
+    assert "latitude must be a number of degrees from -89.5 to 89.5" in reasons["sun"]
     assert "unknown 'cronstore' key(s) colour" in reasons["policy"]
     assert "its task is None" in reasons["notask"]
     for name, reason in reasons.items():

@@ -133,6 +133,13 @@ CATALOG = {
         {},
     ),
     "no-schedule": (_cron("0", "9"), {}, {"crontab": None}, {}),
+    # Within half a degree of the pole: cronstore's solar timers refuse it.
+    "bad-solar": (
+        {"solar": {"event": "sunset", "latitude": "89.900000", "longitude": "0.000000"}},
+        {},
+        {},
+        {},
+    ),
 }
 REFUSED = {
     "bad-step": "crontab",
@@ -142,8 +149,8 @@ REFUSED = {
     "bad-headers": "its headers is not JSON",
     "bad-micro": "not a whole number of seconds",
     "bad-long": "longer than the 366 days",
-    "solar": "solar schedules are not supported yet",
     "no-schedule": "it has no schedule",
+    "bad-solar": "is not a cronstore solar timer (the latitude must be",
 }
 BULK = 300
 
@@ -301,7 +308,7 @@ def test_every_row_read_in_table_order(reads: dict[str, Read]) -> None:
 def test_every_incoming_parses(reads: dict[str, Read]) -> None:
     for read in reads.values():
         if isinstance(read, Incoming):
-            assert read.values["kind"] in ("cron", "calendar", "interval", "once")
+            assert read.values["kind"] in ("cron", "calendar", "interval", "once", "solar")
             parse_timer(read.values["timer"], kind=read.values["kind"], tz=read.values["tz"])
             assert read.origin.startswith(f"{TABLE} id=")
 
@@ -398,6 +405,22 @@ def test_interval_origin_else_start_time_else_none(reads: dict[str, Read]) -> No
     assert fires(whole, datetime(2026, 6, 1, tzinfo=UTC), 1) == [
         datetime(2026, 6, 1, 0, 0, 2, tzinfo=UTC)
     ]
+
+
+def test_a_solar_row_fires_as_celerys_solar_schedule(reads: dict[str, Read]) -> None:
+    """Issue 25: solar rows come over as solar timers (they were refused)."""
+    from celery import Celery
+    from celery.schedules import solar
+
+    read = incoming(reads, "solar")
+    assert (read.values["timer"], read.values["kind"]) == ("sunrise 52.52 13.405", "solar")
+    app = Celery(set_as_current=False)
+    now = datetime(2026, 5, 1, tzinfo=UTC)
+    for fire in fires(read, now, 5):
+        at = now
+        schedule = solar("sunrise", 52.52, 13.405, app=app, nowfun=lambda at=at: at)
+        assert abs(now + schedule.remaining_estimate(now) - fire) < timedelta(minutes=1)
+        now = fire + timedelta(minutes=2)
 
 
 def test_clocked_is_a_once_timer(reads: dict[str, Read]) -> None:

@@ -108,14 +108,20 @@ CATALOG = {
         {},
     ),
     "dangling": (None, {}, {}, {}),
+    "bad-solar": (
+        {"solar": {"event": "sunset", "latitude": 89.9, "longitude": 2.35}},
+        {},
+        {},
+        {},
+    ),
 }
 REFUSED = {
     "bad-step": "crontab",
     "bad-zone": "'Mars/Olympus_Mons' is not in the tz database",
     "bad-args": "its args is not JSON",
     "bad-micro": "not a whole number of seconds",
-    "solar": "solar schedules are not supported yet",
     "dangling": "schedule row does not exist",
+    "bad-solar": "is not a cronstore solar timer (the latitude must be",
 }
 BULK = 300
 

@@ -57,3 +57,42 @@ def test_values_are_read_and_coerced() -> None:
 def test_bad_values_are_refused_naming_the_key(key: str, value: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("*", r"\*")):
         Config.from_app(app_with(**{key: value}))
+
+
+# -- the kill switch (issue 25): CRONSTORE_FIRE wins over cronstore_fire ------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "setting", "fires"),
+    [
+        (None, None, True),
+        (None, False, False),
+        ("0", None, False),
+        ("0", True, False),
+        ("off", True, False),
+        (" No ", True, False),
+        ("1", False, True),
+        ("TRUE", False, True),
+        ("", False, False),  # set but empty: as if unset
+    ],
+)
+def test_cronstore_fire_from_the_environment_wins(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, setting: bool | None, fires: bool
+) -> None:
+    if env is None:
+        monkeypatch.delenv("CRONSTORE_FIRE", raising=False)
+    else:
+        monkeypatch.setenv("CRONSTORE_FIRE", env)
+    conf = {} if setting is None else {"cronstore_fire": setting}
+    assert Config.from_app(app_with(**conf)).fire is fires
+
+
+def test_a_bad_cronstore_fire_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CRONSTORE_FIRE", "maybe")
+    with pytest.raises(ValueError, match=r"CRONSTORE_FIRE must be 0 .* or 1 .*got 'maybe'"):
+        Config.from_app(app_with())
+    monkeypatch.delenv("CRONSTORE_FIRE")
+    with pytest.raises(ValueError, match="cronstore_fire must be True or False, got 'no'"):
+        Config.from_app(app_with(cronstore_fire="no"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from celery_cronstore.beat.dispatch import Dispatcher
 from celery_cronstore.beat.loop import FAST_RETRY, Loop
 from celery_cronstore.beat.outcome import Refused
 from celery_cronstore.beat.scheduler import Scheduler
-from celery_cronstore.store import Store
+from celery_cronstore.errors import StoreUnavailableError
+from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.marks import ANSWER_LOST
 from celery_cronstore.testing import FrozenClock
 
@@ -234,4 +236,41 @@ def test_housekeeping_publishes_a_silent_worker_s_fire_again_when_it_may(
     assert (plain.state, plain.reruns) == ("abandoned", 0)
     assert plain.reason is not None
     assert plain.reason.endswith("publishing it again could run it twice")
+    scheduler.close()
+
+
+def test_a_deadlock_lost_is_tried_again_at_once_not_an_outage(
+    app: Celery,
+    store: Store,
+    clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """MariaDB kills one of two beats' crossing transactions (1213); the mark of a sent
+    fire is one of them. Beat keeps what it did, logs no outage, and marks it next tick."""
+    store.add("a", task="x.do", timer="*:*:0/10")
+    scheduler = make(app, store)
+    clock.set(T0 + timedelta(seconds=10))
+    real = Claimer.mark_published
+    killed: list[int] = []
+
+    def deadlocked(self: Claimer, *args: Any, **kwargs: Any) -> Any:
+        if not killed:
+            killed.append(1)
+            raise StoreUnavailableError(
+                "db", "(1213, 'Deadlock found when trying to get lock; try restarting transaction')"
+            )
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Claimer, "mark_published", deadlocked)
+    with caplog.at_level(logging.INFO, logger="celery.beat"):
+        assert scheduler.tick() == 0.0  # again at once: no back-off
+        assert killed
+        (fire,) = store.history("a")
+        assert fire.state == "sending"  # sent, its mark lost with the deadlock
+        scheduler.tick()
+    assert [m["id"] for m in sent(app)] == [fire.task_id]  # sent once
+    assert store.history("a")[0].state == "published"
+    assert [r.levelname for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert any("lost a deadlock with another beat's" in r.getMessage() for r in caplog.records)
     scheduler.close()

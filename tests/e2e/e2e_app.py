@@ -12,7 +12,7 @@ import time
 
 from celery import Celery
 
-from celery_cronstore import CronTask
+from celery_cronstore import CronTask, fire_time
 
 if os.environ.get("CRONSTORE_FAULTS"):  # a test's fault points (harness/faults.py)
     from harness.faults import install_from_env
@@ -63,13 +63,16 @@ if os.environ.get("E2E_DJANGO_SQLITE"):  # django-celery-beat's beat (tests/e2e/
 
 @app.task(name="e2e.record", bind=True)
 def record(self, *args: object) -> None:  # type: ignore[no-untyped-def]
-    """Append this delivery (task id, args, when, which worker) to the record file."""
+    """Append this delivery (task id, args, when, which worker, the fire time beat sent:
+    ``celery_cronstore.fire_time``) to the record file."""
+    scheduled = fire_time(self)
     line = json.dumps(
         {
             "task_id": self.request.id,
             "args": list(args),
             "at": time.time(),
             "worker": self.request.hostname,
+            "fire_time": None if scheduled is None else scheduled.isoformat(),
         }
     )
     with open(os.environ["E2E_RECORD"], "a", encoding="utf-8") as out:

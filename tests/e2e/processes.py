@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,17 @@ def wait_for(predicate: Any, timeout: float, what: str, logs: Path) -> None:
         for p in sorted(logs.glob("*.log"))
     )
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tails}")
+
+
+def window_delivered(
+    store: Any, names: Iterable[str], record: Path, start: datetime, end: datetime
+) -> bool:
+    """Whether every fire of tasks ``names`` the ledger holds between ``start`` and
+    ``end`` was delivered (is in the record file)."""
+    delivered = {d["task_id"] for d in deliveries(record)}
+    return all(
+        f.task_id in delivered
+        for name in names
+        for f in store.history(name, 10_000)
+        if start <= f.fire_time <= end
+    )

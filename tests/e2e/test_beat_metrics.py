@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -11,16 +10,11 @@ import pytest
 from processes import beat, celery_env, running, wait_for
 
 from celery_cronstore.store import Store
+from harness.ports import free_port
 
 # serial: beat must be up and publishing within the 2 s before the first one-off.
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 prometheus = pytest.importorskip("prometheus_client.parser")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -42,7 +36,7 @@ def test_beat_counts_what_the_ledger_records(tmp_path: Path) -> None:
     # A one-off instant long past under misfire policy skip: recorded missed, not sent.
     past = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()
     store.add("stale", task="e2e.record", timer=past, misfire_policy="skip")
-    port = _free_port()
+    port = free_port()
     env = celery_env("memory://", url, tmp_path / "record.jsonl", E2E_METRICS_PORT=str(port))
     with running([beat()], env, tmp_path):
 

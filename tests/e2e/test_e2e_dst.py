@@ -87,6 +87,10 @@ def test_beat_fires_across_the_changes_that_used_to_kill_timers(tmp_path: Path) 
         task = store.get(name)
         fires = {f.fire_time: f.state for f in store.history(name)}
         following = timer.next_after(fire)
+        # A grid point that fell due before the faked run ended was claimed too (the
+        # Chatham fires after its gap are ten minutes apart): the plan is the next one.
+        while following is not None and following in fires:
+            following = timer.next_after(following)
         log = "\n".join(p.read_text(errors="replace") for p in logs.glob("*.log"))
         # No worker runs here: a published fire not started within the start timeout
         # (5 faked minutes) is recorded lost by beat's start watchdog; it was sent.

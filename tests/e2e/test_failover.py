@@ -26,19 +26,23 @@ import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 import sqlalchemy as sa
 from conftest import IN_CI
-from processes import beat, celery_env, running, wait_for
+from processes import beat, celery_env, deliveries, running, wait_for, worker
 
 from celery_cronstore.beat.loop import FAST_FOR, FAST_RETRY, Backoff
 from celery_cronstore.errors import StoreUnavailableError
 from celery_cronstore.store import Claimer, Store
+from celery_cronstore.store.restore import RESTORED
+from celery_cronstore.store.server import ServerWatch
 from harness.pg_pair import PgPair, why_not
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,14 +65,11 @@ def _refuse(message: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture
-def pair() -> Iterator[PgPair]:
-    """A primary and a synchronous standby of this test's own (skips where initdb cannot
-    run, unless CI=true)."""
+def _start_pair(synchronous: bool) -> Iterator[PgPair]:
     problem = why_not()
     if problem is not None:
         _refuse(problem)
-    servers = PgPair()
+    servers = PgPair(synchronous=synchronous)
     try:
         servers.start()
     except (subprocess.CalledProcessError, RuntimeError, OSError) as exc:
@@ -77,6 +78,19 @@ def pair() -> Iterator[PgPair]:
         _refuse(f"cannot start a PostgreSQL primary and standby here: {detail.strip()[-300:]}")
     yield servers
     servers.stop()
+
+
+@pytest.fixture
+def pair() -> Iterator[PgPair]:
+    """A primary and a synchronous standby of this test's own (skips where initdb cannot
+    run, unless CI=true)."""
+    yield from _start_pair(synchronous=True)
+
+
+@pytest.fixture
+def async_pair() -> Iterator[PgPair]:
+    """A primary and an asynchronous standby streaming through a link the test can cut."""
+    yield from _start_pair(synchronous=False)
 
 
 def covered(rows: list[sa.Row[tuple[datetime, int, str]]]) -> Counter[datetime]:
@@ -105,6 +119,7 @@ def test_store_drops_the_dead_primary_s_connections_at_once(
     store = Store(pair.failover_url("cronstore"), pool_pre_ping=pre_ping)
     store.upgrade()
     claimer = Claimer(store, "beat-1", hold=True)  # beat's held connection (store.idle)
+    server = ServerWatch(store.engine)  # what tells beat its connections reach a new server
     try:
         claimer.peek()
         with store.engine.connect() as a, store.engine.connect() as b:  # two pooled ones
@@ -138,6 +153,7 @@ def test_store_drops_the_dead_primary_s_connections_at_once(
         assert len(failures) <= 1, failures
         assert all("unreachable" in f for f in failures), failures
         store.add("after", task="app.after", timer="every 1m")  # a write, on the promoted one
+        assert server.changes == 1
         assert "Exception during reset" not in caplog.text
         assert not [r for r in caplog.records if r.exc_info and r.levelname != "DEBUG"]
     finally:
@@ -328,3 +344,210 @@ def _published(ledger: sa.Engine) -> int:
             )
     except sa.exc.OperationalError:
         return 0
+
+
+def _ledger(ledger: sa.Engine) -> list[sa.Row[Any]]:
+    with ledger.connect() as conn:
+        return list(
+            conn.execute(
+                sa.text(
+                    "SELECT fire_time, fire_count, state, task_id, reason, claimed_by"
+                    " FROM cronstore_fire ORDER BY fire_time"
+                )
+            )
+        )
+
+
+def _grid_gaps(rows: list[sa.Row[Any]], names: int) -> list[datetime]:
+    """Grid seconds (the first and last two left out) that fewer than ``names`` rows cover."""
+    seen = covered([(r.fire_time, r.fire_count, r.state) for r in rows])
+    grid = sorted(seen)[2:-2]
+    return [t for t in grid if seen[t] < names]
+
+
+#: Tasks of the failover scenarios (each fires every second).
+NAMES = 10
+
+
+@dataclass
+class Run:
+    """What a failover scenario produced: runs by task id (from the worker's record file)
+    with their lateness, the ledger, the beats' and the worker's logs."""
+
+    ran: Counter[str]
+    late: list[float]
+    rows: list[sa.Row[Any]]
+    beat_logs: str
+    worker_log: str
+
+    def figures(self) -> str:
+        late = sorted(self.late)
+        p99 = late[min(len(late) - 1, int(len(late) * 0.99))] if late else 0.0
+        refused = self.worker_log.count("duplicate delivery")
+        return (
+            f"{len(self.rows)} ledger rows, {sum(self.ran.values())} runs; ran twice"
+            f" {len(self.ran_twice())}, second copies refused by the worker {refused};"
+            f" sent and never run {len(self.unrun())};"
+            f" missed by the misfire policy {self.missed()};"
+            f" lost claims written back {len(self.restored())};"
+            f" reported sent again {len(self.reported())};"
+            f" lateness p50 {late[len(late) // 2] if late else 0:.2f} s,"
+            f" p99 {p99:.2f} s, max {late[-1] if late else 0:.2f} s"
+        )
+
+    def explain(self, task_ids: set[str]) -> str:
+        """Return the ledger rows and the log lines of ``task_ids``."""
+        rows = [str(tuple(r)) for r in self.rows if r.task_id in task_ids]
+        logs = (self.beat_logs + "\n" + self.worker_log).splitlines()
+        lines = [line for line in logs if any(i in line for i in task_ids)]
+        return "\n".join([*rows, *lines[:40]])
+
+    def ran_twice(self) -> list[str]:
+        return sorted(i for i, n in self.ran.items() if n > 1)
+
+    def restored(self) -> list[str]:
+        return [r.task_id for r in self.rows if r.reason == RESTORED]
+
+    def reported(self) -> set[str]:
+        """Fires said to have maybe run twice: in their ledger row, or in a beat's log."""
+        said = {r.task_id for r in self.rows if r.reason and r.reason.startswith("sent by ")}
+        logged = [line for line in self.beat_logs.splitlines() if "may have run twice" in line]
+        return said | {r.task_id for r in self.rows if any(r.task_id in line for line in logged)}
+
+    def missed(self) -> int:
+        return sum(r.fire_count for r in self.rows if r.state == "missed")
+
+    def unrun(self) -> list[str]:
+        """Fires the ledger says went out (or were written back) that never ran."""
+        gone = {"missed", "skipped", "expired", "dropped"}
+        return sorted(
+            r.task_id for r in self.rows if r.state not in gone and r.task_id not in self.ran
+        )
+
+
+def _scenario(
+    pair: PgPair,
+    redis_url: str,
+    tmp_path: Path,
+    beats: int,
+    between: Callable[[], None],
+) -> Run:
+    """Run ``beats`` beats and a worker with ten 1-second plain tasks on the pair; call
+    ``between`` once fires flow (it fails the primary over somehow); stop the tasks a few
+    seconds after the failover and let the last runs arrive."""
+    pair.create_database("cronstore")
+    url = pair.failover_url("cronstore")
+    store = Store(url)
+    store.upgrade()
+    for i in range(NAMES):
+        store.add(f"a{i:02d}", task="e2e.record", timer="*:*:*", args=[i])
+    record = tmp_path / "record.jsonl"
+    env = celery_env(redis_url, url, record, E2E_QUEUE=f"failover-{uuid.uuid4().hex[:8]}")
+    ledger = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    commands = [beat() for _ in range(beats)] + [worker("w1", pool="threads")]
+    try:
+        with running(commands, env, tmp_path):
+            wait_for(lambda: len(deliveries(record)) >= 3 * NAMES, 40, "the first runs", tmp_path)
+            ledger.dispose()
+            between()
+            after = len(deliveries(record))
+            wait_for(
+                lambda: len(deliveries(record)) >= after + 4 * NAMES, 40, "runs after", tmp_path
+            )
+            for i in range(NAMES):
+                store.disable(f"a{i:02d}")
+            time.sleep(3)  # the last runs arrive
+        rows = _ledger(ledger)
+    finally:
+        ledger.dispose()
+        store.close()
+    got = deliveries(record)
+    ran = Counter(d["task_id"] for d in got)
+    fire_of = {r.task_id: r.fire_time.replace(tzinfo=timezone.utc) for r in rows}
+    late = [d["at"] - fire_of[d["task_id"]].timestamp() for d in got if d["task_id"] in fire_of]
+    beat_logs = "\n".join(p.read_text(errors="replace") for p in tmp_path.glob("*beat.log"))
+    worker_log = "\n".join(p.read_text(errors="replace") for p in tmp_path.glob("*w1*.log"))
+    return Run(ran, late, rows, beat_logs, worker_log)
+
+
+def _lose_commits(pair: PgPair, tmp_path: Path) -> Callable[[], None]:
+    def lose() -> None:
+        wait_for(pair.caught_up, 20, "the standby to catch up", tmp_path)
+        pair.cut_replication()
+        time.sleep(3)  # the beats claim and send on; the standby receives none of it
+        fail_over(pair)
+
+    return lose
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.serial
+@pytest.mark.parametrize("beats", [1, 3], ids=["one-beat", "three-beats"])
+def test_a_failover_that_loses_commits_runs_no_fire_twice_unseen(
+    async_pair: PgPair, redis_url: str, tmp_path: Path, beats: int
+) -> None:
+    """Asynchronous replication: the standby stops receiving WAL, the beats claim and
+    send for three more seconds on the primary, the primary is killed and the standby
+    promoted: those claims are gone. Each beat writes back what it sent
+    (``store.restore``) before it claims again: with one beat no fire runs twice; with
+    several, one that reaches the promoted standby first may claim and send again a fire
+    another sent, and every such fire is reported (its ledger row and the log say it may
+    have run twice)."""
+    run = _scenario(async_pair, redis_url, tmp_path, beats, _lose_commits(async_pair, tmp_path))
+    print(f"\nasynchronous failover, {beats} beat(s) and a worker: {run.figures()}")
+    assert run.restored() or run.reported(), "the failover lost no claim: the test proves nothing"
+    unseen = set(run.ran_twice()) - run.reported()
+    assert not unseen, "ran twice, and nothing says so:\n" + run.explain(unseen)
+    if beats == 1:
+        assert run.ran_twice() == []
+    assert _grid_gaps(run.rows, NAMES) == [], "grid points without a ledger row"
+    assert "Traceback" not in run.beat_logs
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.serial
+@pytest.mark.parametrize("replication", ["synchronous", "asynchronous"])
+def test_a_planned_switchover_loses_and_doubles_nothing(
+    replication: str, redis_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A switchover (the primary stopped cleanly, then the standby promoted) with three
+    beats and a worker: a fast shutdown sends every WAL record to the standby, so nothing
+    is lost, written back, run twice or left unrun, and no grid point is missing."""
+    fixture = "pair" if replication == "synchronous" else "async_pair"
+    pair: PgPair = request.getfixturevalue(fixture)
+
+    def switch_over() -> None:
+        pair.stop_primary()
+        pair.promote()
+        while not pair.accepts_writes(1):
+            time.sleep(0.02)
+
+    run = _scenario(pair, redis_url, tmp_path, 3, switch_over)
+    print(f"\nswitchover ({replication}), 3 beats and a worker: {run.figures()}")
+    assert run.ran_twice() == []
+    assert run.restored() == []
+    assert run.unrun() == []
+    assert _grid_gaps(run.rows, NAMES) == []
+    assert "Traceback" not in run.beat_logs
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.serial
+def test_a_synchronous_failover_loses_and_doubles_nothing(
+    pair: PgPair, redis_url: str, tmp_path: Path
+) -> None:
+    """Synchronous replication, the primary killed mid-run with three beats and a worker:
+    every acknowledged commit is on the standby, so nothing is written back and nothing
+    runs twice."""
+    run = _scenario(pair, redis_url, tmp_path, 3, lambda: fail_over(pair))
+    print(f"\nsynchronous failover, 3 beats and a worker: {run.figures()}")
+    assert run.ran_twice() == []
+    assert run.restored() == []
+    assert _grid_gaps(run.rows, NAMES) == []
+    assert "Traceback" not in run.beat_logs

@@ -32,10 +32,12 @@ import pytest
 from processes import beat, celery_env, running, wait_for
 
 from celery_cronstore.store import Store
+from harness.ports import free_port
 from harness.tcp_proxy import Proxy
 
 pytestmark = [pytest.mark.slow]
 prometheus = pytest.importorskip("prometheus_client.parser")
+
 
 #: The beats' lease (seconds): health's bound for due work is this long.
 LEASE = 4.0
@@ -75,12 +77,6 @@ class LinkProxy(Proxy):
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _through(url: str, proxy: Proxy) -> str:
@@ -215,7 +211,7 @@ def a_beat(
     store = _fresh(store_url)
     store.add("every-second", task="e2e.record", timer="every 1s", args=["s"])
     store.close()
-    port = _free_port()
+    port = free_port()
     common = {"E2E_LEASE": str(LEASE), "E2E_POLL": "0.5", "E2E_QUEUE": f"stall-{port}"}
     record = tmp_path / "record.jsonl"
     env = celery_env(broker, beat_url or store_url, record, E2E_METRICS_PORT=str(port), **common)
@@ -330,7 +326,7 @@ def private_redis(tmp_path: Path) -> Iterator[int]:
     server = "/usr/bin/redis-server"
     if not os.path.exists(server):
         pytest.skip("redis-server is not installed")
-    port = _free_port()
+    port = free_port()
     args = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
     args += ["--appendonly", "no", "--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]
     with open(tmp_path / "redis.log", "wb") as log:

@@ -558,3 +558,51 @@ def test_stray_next_run(changes: dict[str, Any], reason: str | None) -> None:
     else:
         assert found is not None
         assert reason in found
+
+
+# -- max_runs (issue 25): a bound on the scheduled fires ------------------------------------
+
+# (case, changes to the task, now, claimed fire times, next_run, missed count)
+MAX_RUNS = [
+    ("no bound", {}, minutes(0), [minutes(0)], minutes(1), 0),
+    ("room left", {"max_runs": 3, "total_run_count": 1}, minutes(0), [minutes(0)], minutes(1), 0),
+    ("the last run allowed ends it", {"max_runs": 3, "total_run_count": 2}, minutes(0),
+     [minutes(0)], None, 0),
+    ("reached: nothing due is sent, no next run", {"max_runs": 3, "total_run_count": 3},
+     minutes(0), [], None, 0),
+    ("past it (lowered by an edit)", {"max_runs": 2, "total_run_count": 5}, minutes(0), [],
+     None, 0),
+    ("run_all after downtime sends the newest it allows, the rest missed",
+     {"max_runs": 5, "total_run_count": 3, "misfire_policy": "run_all"}, minutes(4),
+     [minutes(3), minutes(4)], None, 3),
+    ("run_all within the bound sends them all",
+     {"max_runs": 10, "total_run_count": 3, "misfire_policy": "run_all"}, minutes(2),
+     [minutes(0), minutes(1), minutes(2)], minutes(3), 0),
+    ("run_once after downtime: one run, the rest missed",
+     {"max_runs": 1, "total_run_count": 0}, minutes(2), [minutes(2)], None, 2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changes", "now", "claimed", "next_run", "missed"),
+    [pytest.param(*case[1:], id=case[0]) for case in MAX_RUNS],
+)
+def test_max_runs_bounds_the_scheduled_fires(
+    changes: dict[str, Any],
+    now: datetime,
+    claimed: list[datetime],
+    next_run: datetime | None,
+    missed: int,
+) -> None:
+    result = run_plan(make_task(next_run=T0, **changes), now)
+    assert [c.fire_time for c in result.claims] == claimed
+    assert result.update.next_run == next_run
+    assert result.update.runs == len(claimed)
+    recorded = [e for e in result.entries if e.state == "missed"]
+    assert sum(e.fire_count for e in recorded) == missed
+
+
+def test_runs_left() -> None:
+    assert policy.runs_left(make_task()) is None
+    assert policy.runs_left(make_task(max_runs=4, total_run_count=1)) == 3
+    assert policy.runs_left(make_task(max_runs=4, total_run_count=9)) == 0

@@ -24,9 +24,19 @@ def ago(seconds: float) -> datetime:
     return NOW - timedelta(seconds=seconds)
 
 
-def a_beat(tick_ago: float = 2, stalled_ago: float | None = None, node: str = "h:1:a") -> Beat:
+def a_beat(
+    tick_ago: float = 2,
+    stalled_ago: float | None = None,
+    node: str = "h:1:a",
+    firing: bool | None = True,
+) -> Beat:
     stalled = None if stalled_ago is None else ago(stalled_ago)
-    return Beat(node, ago(3600), ago(tick_ago), stalled)
+    return Beat(node, ago(3600), ago(tick_ago), stalled, None, firing)
+
+
+def off(node: str = "stage:1:x", tick_ago: float = 2) -> Beat:
+    """A beat started with CRONSTORE_FIRE=0."""
+    return a_beat(tick_ago=tick_ago, node=node, firing=False)
 
 
 EMPTY = Backlog(NOW)
@@ -88,6 +98,49 @@ CASES = [
         False,
         ["not claimed"],
     ),
+    # Issue 25: the kill switch. A beat with firing off claims nothing on purpose.
+    (
+        "the only beat has firing off: due work waits, on purpose",
+        [off()],
+        OVERDUE,
+        True,
+        ["healthy: firing is off: beat stage:1:x", "CRONSTORE_FIRE=0", "due work waits"],
+    ),
+    (
+        "a beat from before schema 0008 (firing unknown) fires",
+        [a_beat(firing=None)],
+        OVERDUE,
+        False,
+        ["not claimed"],
+    ),
+    (
+        "a firing beat beside one with firing off is judged, the other named",
+        [off(), a_beat(node="h:2:b")],
+        EMPTY,
+        True,
+        ["healthy: beat h:2:b", "1 more alive beat(s) with firing off"],
+    ),
+    (
+        "a firing beat beside one with firing off still owes the backlog",
+        [off(), a_beat(node="h:2:b")],
+        OVERDUE,
+        False,
+        ["not claimed"],
+    ),
+    (
+        "the beat with firing off is dead: the stale heartbeat rule",
+        [off(tick_ago=90)],
+        EMPTY,
+        False,
+        ["newest beat tick was 90.0s"],
+    ),
+    (
+        "a stalled firing beat is not excused by one with firing off",
+        [a_beat(stalled_ago=45), off()],
+        EMPTY,
+        False,
+        ["could not claim or publish for 45.0s"],
+    ),
 ]
 
 
@@ -104,6 +157,24 @@ def test_health_table(
     assert "\n" not in line
     for word in words:
         assert word in line, line
+
+
+def test_require_firing_makes_firing_off_unhealthy() -> None:
+    got, line = beat_health(
+        [off()], NOW, max_age=MAX_AGE, stall_limit=LEASE, backlog=EMPTY, require_firing=True
+    )
+    assert got is False
+    assert line.startswith("unhealthy: firing is off"), line
+    assert "--require-firing" in line
+    got, line = beat_health(
+        [off(), a_beat(node="h:2:b")],
+        NOW,
+        max_age=MAX_AGE,
+        stall_limit=LEASE,
+        backlog=EMPTY,
+        require_firing=True,
+    )
+    assert got is True, line
 
 
 def test_an_empty_backlog_is_no_problem() -> None:

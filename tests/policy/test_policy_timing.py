@@ -28,6 +28,8 @@ TIMERS = [
     ("interval", "every 1m", "UTC"),
     ("interval", "every 1h30m from 2026-01-01T00:10", "Europe/Berlin"),
     ("once", "2026-05-01T09:00:00Z", "UTC"),
+    ("solar", "sunrise 52.52 13.405", "Europe/Berlin"),
+    ("solar", "dusk 69.65 18.96", "UTC"),  # Tromsø: weeks without a dusk
 ]
 INSTANTS = [
     T0,  # a Monday noon

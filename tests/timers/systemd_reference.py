@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
+from calendar_oracle import brute_next
+
 from celery_cronstore.errors import TimerError, TimerSyntaxError
 from celery_cronstore.timers.calendar import CalendarTimer
 
@@ -141,6 +143,93 @@ def ours(expression: str, tz: str, base: datetime, iterations: int) -> Ours:
     return Ours(str(timer), elapses)
 
 
+def refused_as_never(expression: str, tz: str) -> bool:
+    """Return whether we refuse ``expression`` as a date that never exists (``*-02-30``).
+
+    A deliberate deviation (issue 25, docs/timers.md): systemd accepts such an event and
+    answers "never"; we refuse it at parse time with the reason.
+    """
+    try:
+        CalendarTimer.parse(expression, tz=tz)
+    except TimerSyntaxError as exc:
+        return "so the timer would never fire" in exc.reason
+    return False
+
+
+def _second_pass(moment: datetime, zone: ZoneInfo) -> bool:
+    local = moment.astimezone(zone)
+    return local.fold == 1 and local.utcoffset() != local.replace(fold=0).utcoffset()
+
+
+def without_second_pass(
+    elapses: list[datetime | None], expression: str, tz: str, base: datetime
+) -> list[datetime | None]:
+    """Return systemd's ``elapses`` of ``expression`` as we fire them from ``base``.
+
+    A deliberate deviation (issue 25, docs/timers.md): from a base inside the second pass
+    of an autumn fold in the timer's zone (the expression's own, else ``tz``), systemd
+    fires the second occurrences of the wall times left in the repeated hour; they fired
+    in the first pass, so we skip them.
+    """
+    name = CalendarTimer.parse(expression, tz=tz).tz_name
+    if name == "UTC":
+        return elapses
+    zone = ZoneInfo(name)
+    if not _second_pass(base, zone):
+        return elapses
+    at = 0
+    while at < len(elapses) and (e := elapses[at]) is not None and _second_pass(e, zone):
+        at += 1
+    return elapses[at:]
+
+
+def true_expectation(
+    expected: list[datetime | None],
+    search_failed: bool,
+    mine: list[datetime | None],
+    expression: str,
+    tz: str,
+    base: datetime,
+    iterations: int,
+) -> tuple[list[datetime | None], bool]:
+    """Return systemd's ``expected`` elapses with each one that skips a real fire replaced.
+
+    A deliberate deviation (issue 25, docs/timers.md): where systemd's answer is later
+    than ours, the expectation becomes the first fire after the previous one found by
+    :func:`calendar_oracle.brute_next` (every minute or second, with ``zoneinfo``) if
+    that is earlier than systemd's; systemd is then asked again from there for the
+    rest. Elsewhere systemd's answer stays the expectation. ``mine`` are our elapses.
+    Returns (expected, whether systemd gave up after them).
+    """
+    timer = CalendarTimer.parse(expression, tz=tz)
+    out: list[datetime | None] = []
+    previous = base
+    while expected and len(out) < iterations:
+        theirs = expected[0]
+        ours_ = _second(mine[len(out)]) if len(out) < len(mine) else None
+        if theirs is not None and ours_ is not None and ours_ < theirs:
+            true = brute_next(timer, previous, theirs - previous)
+            if true is not None and true < theirs:
+                out.append(_second(true))
+                previous, expected, search_failed = true, [], False
+                if len(out) < iterations:
+                    # systemd starts at whole seconds: from a fraction, it answers ``true``.
+                    extra = int(true.microsecond > 0)
+                    count = iterations - len(out) + extra
+                    again = run_systemd([expression], tz, true, count)[expression]
+                    expected = without_second_pass(again.elapses, expression, tz, true)
+                    expected = expected[extra:] if expected[:1] == [_second(true)] else expected
+                    search_failed = again.search_failed
+                continue
+        exact = mine[len(out)] if ours_ == theirs else None  # ours keeps the fraction
+        out.append(theirs)
+        expected = expected[1:]
+        if theirs is None:
+            break
+        previous = theirs if exact is None else exact
+    return out, search_failed
+
+
 @dataclass
 class Tally:
     """Counts of one differential run."""
@@ -183,7 +272,8 @@ def compare(expressions: list[str], tz: str, base: datetime, iterations: int = 6
                 tally.disagreements.append(f"{where}: systemd rejects, we accept")
             continue
         if mine.normalized is None:
-            tally.disagreements.append(f"{where}: systemd accepts, we reject")
+            if theirs.elapses[:1] != [None] or not refused_as_never(expression, tz):
+                tally.disagreements.append(f"{where}: systemd accepts, we reject")
             continue
         if (
             theirs.normalized is not None
@@ -193,13 +283,21 @@ def compare(expressions: list[str], tz: str, base: datetime, iterations: int = 6
             tally.disagreements.append(
                 f"{where}: normalized {mine.normalized!r} != systemd {theirs.normalized!r}"
             )
-        expected = theirs.elapses
+        expected, search_failed = true_expectation(
+            without_second_pass(theirs.elapses, expression, tz, base),
+            theirs.search_failed,
+            mine.elapses,
+            expression,
+            tz,
+            base,
+            iterations,
+        )
         got = [_second(e) for e in mine.elapses]
         if got[: len(expected)] != expected:
             tally.disagreements.append(f"{where}: elapses {got} != systemd {expected}")
             continue
         tally.elapses += len(expected)
-        if not theirs.search_failed:
+        if not search_failed:
             if mine.error is not None:
                 tally.disagreements.append(f"{where}: {mine.error}")
             continue

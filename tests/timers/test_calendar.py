@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_cronstore.errors import TimerSyntaxError
+from celery_cronstore.timers import is_valid
 from celery_cronstore.timers.calendar import CalendarTimer
 
 UTC = timezone.utc
@@ -49,7 +50,9 @@ TABLE = [
             utc(2026, 10, 25, 2),
         ],
     ),
-    ("*-*-* 02:30", "Europe/Berlin", utc(2026, 10, 25, 1, 10), [utc(2026, 10, 25, 1, 30)]),
+    # From inside the second pass, 02:30 (fired at 00:30 UTC) does not fire again; systemd
+    # would say 01:30 UTC (issue 25, a documented deviation).
+    ("*-*-* 02:30", "Europe/Berlin", utc(2026, 10, 25, 1, 10), [utc(2026, 10, 26, 1, 30)]),
     # New York: the 02:xx hour is missing on 2026-03-08, doubled on 2026-11-01.
     ("*-*-* 02:15", "America/New_York", utc(2026, 3, 7, 12), [utc(2026, 3, 9, 6, 15)]),
     (
@@ -119,10 +122,8 @@ def test_table(expression: str, tz: str | None, base: datetime, expected: list[d
 @pytest.mark.parametrize(
     ("expression", "base"),
     [
-        ("*-02-30", utc(2026, 1, 1)),
         ("2019-*-*", utc(2020, 1, 1)),
         ("Mon 2026-03-03", utc(2020, 1, 1)),
-        ("*-02,04,06,09,11-31", utc(2026, 1, 1)),
         ("2029..2031-02-29", utc(2026, 1, 1)),
         ("@1395716396", utc(2026, 1, 1)),
         ("2199-12-31 23:59:59", utc(2199, 12, 31, 23, 59, 59)),
@@ -338,3 +339,99 @@ def test_mutations_raise_only_syntax_errors(expression: str, data: st.DataObject
     except TimerSyntaxError:
         return
     timer.next_after(utc(2026, 1, 1))
+
+
+_HUGE = "1" * 5_000  # past CPython's 4,300-digit limit on int(str)
+
+
+@pytest.mark.parametrize(
+    ("expression", "field", "position"),
+    [
+        (f"*-*-{_HUGE}", "day", 4),
+        # A date's chains are named before the parser knows whether a year leads.
+        (f"{_HUGE}-01-01", "month", 0),
+        (f"2026-{_HUGE}-01", "day", 5),
+        (f"*-*-1/{_HUGE}", "day", 6),
+        (f"*-*-1..{_HUGE}", "day", 7),
+        (f"*-*-* {_HUGE}:00", "hour", 6),
+        (f"*-*-* 00:{_HUGE}", "minute", 9),
+        (f"*-*-* 00:00:{_HUGE}", "second", 12),
+        (f"@{_HUGE}", "epoch", 0),
+    ],
+)
+def test_calendar_number_with_over_4300_digits_is_a_syntax_error(
+    expression: str, field: str, position: int
+) -> None:
+    # Issue 25: int() raised a plain ValueError (not ours), and is_valid() raised it too.
+    with pytest.raises(TimerSyntaxError) as info:
+        CalendarTimer.parse(expression)
+    if field == "epoch":
+        assert info.value.reason.startswith("epoch time is outside 1970..2199")
+    else:
+        assert info.value.reason.startswith(f"{field} value is too large: write a number in")
+    assert info.value.position == position
+    assert info.value.token is not None
+    assert info.value.token.lstrip("@").startswith("111")
+    assert len(info.value.token) < 30
+    assert len(info.value.reason) < 100
+    assert not is_valid(expression, kind="calendar")
+
+
+def test_calendar_number_with_many_leading_zeros_is_its_value() -> None:
+    timer = CalendarTimer.parse("*-*-" + "0" * 5_000 + "5 " + "0" * 5_000 + "9:00")
+    assert str(timer) == "*-*-05 09:00:00"
+
+
+@pytest.mark.parametrize(
+    ("expression", "reason", "token", "position"),
+    [
+        ("*-02-30 00:00", "February has no day 30, so the timer would never fire", "02-30", 2),
+        ("*-04-31", "April has no day 31, so", "04-31", 2),
+        ("*-02-30/1", "February has no day 30 or later, so", "02-30/1", 2),
+        ("*-02-30,31 UTC", "February has no day 30 or later, so", "02-30,31", 2),
+        ("Mon 2026-02-30 12:00", "February has no day 30, so", "02-30", 9),
+        (
+            "*-02,04,06,09,11-31",
+            "February, April, June, September and November have no day 31, so",
+            "02,04,06,09,11-31",
+            2,
+        ),
+        ("*-11-31 Europe/Berlin", "November has no day 31, so", "11-31", 2),
+    ],
+)
+def test_calendar_date_that_never_exists_is_refused_at_parse_time(
+    expression: str, reason: str, token: str, position: int
+) -> None:
+    # Issue 25: these parsed and then never fired (systemd says "Next elapse: never").
+    with pytest.raises(TimerSyntaxError) as info:
+        CalendarTimer.parse(expression)
+    assert info.value.reason.startswith(reason)
+    assert "write a day" in info.value.reason
+    assert "~01 for the last day" in info.value.reason
+    assert (info.value.token, info.value.position) == (token, position)
+    assert not is_valid(expression, kind="calendar")
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "*-02-29",  # leap years
+        "*-02-29/1",
+        "*-02,04-30,31",  # April 30
+        "*-02/2-31",  # ... to December 31
+        "*-11..12-31",
+        "*-02~01",
+        "2027-02-29",  # 2027 is no leap year: never fires, but found by the search
+        "2020..2021-04-30",  # all in the past (for a clock we do not read): still valid
+    ],
+)
+def test_calendar_date_that_exists_in_some_year_is_kept(expression: str) -> None:
+    CalendarTimer.parse(expression)
+
+
+def test_calendar_date_refusal_fix_parses() -> None:
+    with pytest.raises(TimerSyntaxError) as info:
+        CalendarTimer.parse("*-02..04/2-31")
+    suggestion = info.value.reason.rsplit(", or ", 1)[1].split()[0]
+    assert suggestion == "*-02..04/2~01"
+    assert CalendarTimer.parse(suggestion).next_after(utc(2026, 1, 1)) == utc(2026, 2, 28)

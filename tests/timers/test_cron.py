@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
+from croniter import croniter
 
 from celery_cronstore.errors import TimerSyntaxError
 from celery_cronstore.timers import CronTimer, parse_timer
@@ -360,8 +361,39 @@ def test_unknown_zone_is_a_syntax_error() -> None:
         CronTimer.parse("* * * * *", tz="Mars/Olympus")
 
 
-def test_star_inside_a_list_is_refused() -> None:
-    # croniter expands "*,5" to ['*', 5], which it then cannot evaluate.
-    with pytest.raises(TimerSyntaxError, match="cannot be combined") as info:
-        CronTimer.parse("0 0 * * 1,*")
-    assert info.value.position == 10
+@pytest.mark.parametrize(
+    ("expression", "canonical"),
+    [
+        ("* * * * *,0", "* * * * *"),
+        ("*,5 * * * *", "* * * * *"),
+        ("*/15,* * * * *", "* * * * *"),
+        ("0 *,3 * * *", "0 * * * *"),
+        ("0 0 * JAN,* *", "0 0 * * *"),
+        # A day field holding "*" is unrestricted for croniter: no day-of-month OR rule.
+        ("0 0 *,1 * mon", "0 0 * * mon"),
+        ("0 0 1,* * mon", "0 0 * * mon"),
+        ("0 0 1 * *,mon", "0 0 1 * *"),
+        ("0 0 * * * *,30", "0 0 * * * *"),
+    ],
+)
+def test_star_inside_a_comma_list_means_every_value_as_in_croniter(
+    expression: str, canonical: str
+) -> None:
+    # Issue 25: "* * * * *,0" was refused although the grammar allows "*" in a list.
+    timer = CronTimer.parse(expression)
+    assert str(timer) == canonical
+    assert CronTimer.parse(str(timer)) == timer
+    moment = utc(2026, 3, 4, 10, 7, 13)
+    reference = croniter(expression, moment.replace(tzinfo=None))  # naive: wall time
+    for _ in range(8):
+        found = timer.next_after(moment)
+        assert found is not None
+        assert found.replace(tzinfo=None) == reference.get_next(datetime)
+        moment = found
+
+
+def test_star_inside_a_comma_list_still_checks_the_other_items() -> None:
+    with pytest.raises(TimerSyntaxError, match="out of range") as info:
+        CronTimer.parse("0 0 * * 1,*,9")
+    assert info.value.token == "9"
+    assert info.value.position == 12

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -170,3 +172,33 @@ def test_origin_in_a_spring_gap_names_the_instant() -> None:
         IntervalTimer.parse("every 5m from 2026-03-29T02:30", tz="Europe/Berlin")
     assert info.value.token == "2026-03-29T02:30"
     assert info.value.position == 14
+
+
+def _fastest_parse(expression: str, repeats: int = 3) -> float:
+    """Return the shortest of ``repeats`` timings of parsing ``expression`` (or failing)."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with contextlib.suppress(TimerSyntaxError):
+            IntervalTimer.parse(expression)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def test_every_with_many_blanks_parses_in_linear_time() -> None:
+    # Issue 25: "every" + 16,000 blanks + "5m" took 1.5 s, a regex retrying at every blank.
+    for blanks in ("  ", " " * 64_000, "\t \n" * 20_000):
+        timer = IntervalTimer.parse(f"every{blanks}5m")
+        assert str(timer) == "every 5m"
+        assert IntervalTimer.parse(f"every{blanks}5m from{blanks}2026-01-05").origin == utc(
+            2026, 1, 5
+        )
+    with pytest.raises(TimerSyntaxError, match="expected a duration part") as info:
+        IntervalTimer.parse("every 5m" + " " * 64_000 + "x")
+    assert info.value.position == 64_008
+    # Linear, judged against a same-run baseline: 32 times the blanks may cost up to 256
+    # times as long (a linear parse costs ~32x at most; the quadratic one cost ~1,000x).
+    for shape in ("every{}5m", "every{}5m from{}2026-01-05", "every 5m{}x", "every 5m{}from"):
+        small = _fastest_parse(shape.format(*[" " * 2_000] * 2))
+        large = _fastest_parse(shape.format(*[" " * 64_000] * 2))
+        assert large < 256 * small, (shape, small, large)

@@ -69,7 +69,7 @@ REFUSED_TEXT = [
     ("task", "", "task must be a non-empty string: give the Celery task name (e.g. mail.poll)"),
     ("timer", "", "timer must be a non-empty string: give a timer"),
     ("enabled", "maybe", "enabled must be yes or no"),
-    ("kind", "weekly", "kind must be one of ('calendar', 'cron', 'interval', 'once')"),
+    ("kind", "weekly", "kind must be one of ('calendar', 'cron', 'interval', 'once', 'solar')"),
     ("args", "[1,", "args is not valid JSON"),
     ("args", '{"a": 1}', "args must be a JSON array"),
     ("kwargs", "[]", "kwargs must be a JSON object"),

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from celery_cronstore.store import Store
 from celery_cronstore.store.migrate import app_argument, fix
 from celery_cronstore.web import create_app
 from celery_cronstore.web.wsgi import ENV_APP, WsgiConfigError, load, secret_key
+from harness.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 GUNICORN = Path(sys.executable).with_name("gunicorn")
@@ -220,12 +220,6 @@ def test_the_web_command_says_it_is_the_development_server(db_url: str) -> None:
 
 
 # -- a real gunicorn ------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -59,8 +59,9 @@ Everything else (:func:`schedule_timer`)
     ``celery.schedules.schedule`` (``relative`` only when ``run_every`` is a whole number
     of the unit Celery rounds to; origin: Celery's rounded next fire), numbers and
     timedeltas (intervals), strings (any cronstore timer syntax, read in ``tz``).
-    ``solar`` is refused ("not supported yet"), as is a crontab with its own ``nowfun``
-    (its zone is only known by calling it) and any other schedule class.
+    ``solar`` becomes a solar timer (the same event at the same place). A crontab with its
+    own ``nowfun`` is refused (its zone is only known by calling it), as is any other
+    schedule class.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ from typing import Any
 
 from celery_cronstore.adopt.convert.crontab import Cronspec, crontab_timer
 from celery_cronstore.adopt.convert.rrule import RRule, rrule_timer, weekdays
-from celery_cronstore.adopt.convert.spec import TimerSpec, interval_timer, once_timer
+from celery_cronstore.adopt.convert.spec import TimerSpec, interval_timer, once_timer, solar_timer
 from celery_cronstore.timers import parse_timer
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "once_timer",
     "rrule_timer",
     "schedule_timer",
+    "solar_timer",
     "weekdays",
 ]
 
@@ -143,11 +145,7 @@ def schedule_timer(schedule: Any, tz: str, *, last_run_at: datetime | None = Non
     if isinstance(schedule, timedelta):
         return interval_timer(schedule.total_seconds(), last_run_at)
     if isinstance(schedule, schedules.solar):
-        raise ValueError(
-            f"solar schedules are not supported yet: {schedule.event} at {schedule.lat}, "
-            f"{schedule.lon} has no cronstore timer; recreate it as a calendar timer at the "
-            "local time you want (e.g. '*-*-* 06:30 Europe/Berlin')"
-        )
+        return solar_timer(schedule.event, schedule.lat, schedule.lon)
     if isinstance(schedule, schedules.crontab):
         if schedule.nowfun is not None:
             raise ValueError(

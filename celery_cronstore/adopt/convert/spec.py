@@ -11,7 +11,7 @@ from typing import Any
 from celery_cronstore.timers import parse_timer
 from celery_cronstore.timers.once import format_instant
 
-__all__ = ["TimerSpec", "aware", "interval_timer", "once_timer", "spec"]
+__all__ = ["TimerSpec", "aware", "interval_timer", "once_timer", "solar_timer", "spec"]
 
 #: The longest interval timer (interval.py's maximum).
 _MAX_SECONDS = 366 * 86_400
@@ -81,3 +81,9 @@ def interval_timer(seconds: float, origin: datetime | None) -> TimerSpec:
 def once_timer(instant: datetime) -> TimerSpec:
     """Return a ``once`` timer at ``instant`` (aware; ``ValueError`` if naive)."""
     return spec(format_instant(aware(instant, "instant")), "once", None)
+
+
+def solar_timer(event: Any, latitude: Any, longitude: Any) -> TimerSpec:
+    """Return a ``solar`` timer of a peer's solar schedule (its event names are ours);
+    ``ValueError`` naming the bad part if cronstore refuses it."""
+    return spec(f"{event} {float(latitude)!r} {float(longitude)!r}", "solar", None)

@@ -50,11 +50,12 @@ one-off crontab/interval                    ``once`` timer at the schedule's fir
 ``last_run_at``, ``total_run_count``        ``Incoming.last_run_at``/``total_run_count``
 ==========================================  ==============================================
 
-Refused rows (each names the problem and the fix; the other rows still come over): solar
-schedules (no cronstore timer yet), no schedule or more than one, a schedule row that is
-missing, a crontab Celery cannot parse (``*/0``) or in a zone the tz database lacks, an
-interval that is not a whole number of seconds or longer than 366 days, args/kwargs/
-headers that are not JSON of the right shape, and a one-off that has no fire left.
+Solar rows become solar timers. Refused rows (each names the problem and the fix; the
+other rows still come over): a solar schedule within half a degree of a pole, no
+schedule or more than one, a schedule row that is missing, a crontab Celery cannot parse
+(``*/0``) or in a zone the tz database lacks, an interval that is not a whole number of
+seconds or longer than 366 days, args/kwargs/headers that are not JSON of the right
+shape, and a one-off that has no fire left.
 
 Two of django-celery-beat's quirks are not copied: a row with a ``start_time`` and no
 last run fires at ``start_time`` itself there, whatever its crontab says (its scheduler

@@ -167,12 +167,21 @@ def _timer(
         )
     one_off = _flag(row.task.get("one_off", False), "one_off")
     if kind == "solar":
-        raise _Refusal(
-            f"solar schedules are not supported yet: {schedule.get('event')} at "
-            f"{_number(schedule.get('latitude'))}, {_number(schedule.get('longitude'))} has "
-            "no cronstore timer; recreate it as a calendar timer at the local time you "
-            "want (e.g. '*-*-* 06:30 Europe/Berlin'), or leave it in "
-            f"{peer}"
+        try:
+            solar = convert.solar_timer(
+                schedule.get("event"), schedule.get("latitude"), schedule.get("longitude")
+            )
+        except (TypeError, ValueError) as exc:
+            raise _Refusal(
+                f"its solar schedule ({schedule.get('event')} at "
+                f"{_number(schedule.get('latitude'))}, {_number(schedule.get('longitude'))}) "
+                f"is not a cronstore solar timer ({exc}): fix it in {peer}"
+            ) from None
+        timer = _parsed(solar, peer)
+        return (
+            solar
+            if not one_off
+            else _one_off(row, solar, timer, context, last_run_at, start_at, notes)
         )
     if kind == "clocked":
         at = instant(schedule.get("clocked_time"), "clocked_time")

@@ -92,6 +92,7 @@ class PeriodicTask(_ReadOnly):
     updated_at = UTCDateTimeField("updated")
     abandon_policy = models.CharField("abandon policy", max_length=16, default="leave")
     alert_after = models.CharField("alert after", max_length=32, null=True, blank=True)
+    max_runs = models.IntegerField("max runs", null=True, blank=True)
 
     #: The newest ledger state, set on the rows of an admin list page (the read model).
     last_state: str | None = None

@@ -1,7 +1,8 @@
 """systemd calendar-event timers (``OnCalendar=`` syntax, as in systemd.time(7)).
 
 The package splits along the grammar: :mod:`.fields` (value sets), :mod:`.parse`
-(tokens, shorthands, zones), :mod:`.spec` (normalized form), :mod:`.clock` (local time
+(tokens, shorthands), :mod:`.zones` (the trailing zone), :mod:`.dates` (dates that never
+exist), :mod:`.spec` (normalized form), :mod:`.clock` (local time
 as glibc computes it), :mod:`.search` (next elapse, as systemd walks it), :mod:`.scan`
 (the true next fire, where systemd gives up) and :mod:`.describe` (English).
 """
@@ -14,11 +15,13 @@ from celery_cronstore.errors import TimerSearchError
 from celery_cronstore.timers.base import Timer, require_aware, resolve_zone
 from celery_cronstore.timers.calendar.clock import LocalClock, days_from_civil
 from celery_cronstore.timers.calendar.describe import describe_spec
-from celery_cronstore.timers.calendar.fields import Chain, chain_contains
-from celery_cronstore.timers.calendar.parse import load_zone, parse_spec
+from celery_cronstore.timers.calendar.fields import USEC, Chain, chain_contains
+from celery_cronstore.timers.calendar.parse import parse_spec
 from celery_cronstore.timers.calendar.scan import next_real, wall_matches
 from celery_cronstore.timers.calendar.search import MAX_YEAR, next_elapse
 from celery_cronstore.timers.calendar.spec import CalendarSpec
+from celery_cronstore.timers.calendar.transitions import changes
+from celery_cronstore.timers.calendar.zones import load_zone
 
 __all__ = ["CalendarSpec", "CalendarTimer"]
 
@@ -81,7 +84,10 @@ class CalendarTimer(Timer):
     def next_after(self, after: datetime) -> datetime | None:
         """Return the first elapse strictly after ``after`` (aware, UTC) or None.
 
-        The answer is systemd's wherever systemd has one. Where systemd's walk gives up
+        The answer is systemd's wherever systemd has one, but for one case: from inside
+        the second pass of an autumn fold, a wall time already passed in the first pass
+        does not fire again (systemd's walk fires it; docs/timers.md lists this). Where
+        systemd's walk gives up
         (it loops, or steps back before ``after``) or says "never" while a real fire is
         still ahead, the answer is the true next fire (:func:`.scan.next_real`): a
         timer with a future fire always has a next one.
@@ -90,15 +96,45 @@ class CalendarTimer(Timer):
         if not self._possible:
             return None
         after_us = (moment - _EPOCH) // _ONE_USEC
+        if self._in_second_pass(moment):
+            # systemd walks on from the wall time of ``after`` and so answers the second
+            # occurrence of a wall time whose first one is already past (issue 25). Such
+            # a wall time has had its fire: the next one comes after the repeated hour.
+            found = next_real(self.spec, LocalClock(self._zone), after_us)
+            return None if found is None else _EPOCH + timedelta(microseconds=found)
         try:
             found = next_elapse(self.spec, LocalClock(self._zone), after_us)
         except TimerSearchError:
             found = None  # systemd: "Infinite loop in calendar calculation"
-        if found is None or found <= after_us:
+        if found is None or found <= after_us or self._crosses_change(after_us, found):
             found = next_real(self.spec, LocalClock(self._zone), after_us)
             if found is None:
                 return None
         return _EPOCH + timedelta(microseconds=found)
+
+    def _crosses_change(self, after_us: int, found_us: int) -> bool:
+        """Return whether the zone changes its offset (or DST flag) in (after, found].
+
+        systemd's walk skips wall times only across such a change (issue 25: the rest of
+        Dublin's spring day for ``0/N`` hours, 03:45-03:59 after Chatham's gap, 1 January
+        in Lord Howe for ``*-1/9-01``). With no change between, every wall time from
+        ``after`` on is read once at a constant offset and the walk's answer is the true
+        one; with one, :func:`.scan.next_real` is: it is never later than a real fire,
+        and where systemd is right the two are the same instant.
+        """
+        zone = self._zone
+        return zone is not None and bool(changes(zone, after_us // USEC, found_us // USEC))
+
+    def _in_second_pass(self, moment: datetime) -> bool:
+        """Return whether ``moment`` reads, in the zone, as the second occurrence of a wall
+        time (inside the repeated hour of an autumn fold)."""
+        if self._zone is None:
+            return False
+        try:
+            local = moment.astimezone(self._zone)
+        except OverflowError:  # at the ends of datetime's range
+            return False
+        return local.fold == 1 and local.utcoffset() != local.replace(fold=0).utcoffset()
 
     def matches(self, instant: datetime) -> bool:
         """Return whether the local wall-clock reading of ``instant`` satisfies the event."""

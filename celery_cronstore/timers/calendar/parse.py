@@ -8,16 +8,16 @@ The grammar, in the order systemd reads it::
     time     = hour ":" minute [":" second[.fraction]]
     each field = "*" | value[".." value]["/" repeat] ("," ...)*
 
-Every rejection raises :class:`TimerSyntaxError` naming the token and its offset.
+Every rejection raises :class:`TimerSyntaxError` naming the token and its offset. Beyond
+systemd's own checks, a month and day that never exist together (``*-02-30``) are refused.
 """
 
 from __future__ import annotations
 
-import re
-from datetime import datetime, timezone, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from datetime import datetime, timezone
 
 from celery_cronstore.errors import TimerSyntaxError
+from celery_cronstore.timers.calendar.dates import check_date_exists
 from celery_cronstore.timers.calendar.fields import (
     DAY,
     HOUR,
@@ -33,15 +33,17 @@ from celery_cronstore.timers.calendar.fields import (
     validate_chain,
 )
 from celery_cronstore.timers.calendar.spec import ALL_WEEKDAYS, CalendarSpec
+from celery_cronstore.timers.calendar.zones import split_zone
 
-__all__ = ["load_zone", "parse_spec"]
+__all__ = ["parse_spec"]
 
 _INT_MAX = 2**31 - 1
 _ULONG_MAX = 2**64 - 1
+_MAX_DIGITS = len(str(_ULONG_MAX))  # 20
 _MAX_COMPONENTS = 241  # systemd refuses longer lists
 _DIGITS = "0123456789"
 _C_SPACE = " \t\n\v\f\r"
-_ZONE_NAME = re.compile(r"[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*")
+_FIELD_BY_NAME = {info.name: info for info in (YEAR, MONTH, DAY, HOUR, MINUTE, SECOND)}
 
 _WEEKDAYS = (
     ("monday", 0), ("mon", 0), ("tuesday", 1), ("tue", 1), ("wednesday", 2), ("wed", 2),
@@ -76,16 +78,6 @@ def _ascii_lower(text: str) -> str:
     return text.lower() if text.isascii() else ""
 
 
-def load_zone(name: str) -> tzinfo | None:
-    """Return the IANA zone ``name`` if systemd would accept it as a trailing zone, else None."""
-    if len(name) > 255 or not _ZONE_NAME.fullmatch(name):
-        return None
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return None
-
-
 class _Parser:
     """Cursor over the body of an expression (the part before any zone suffix)."""
 
@@ -116,6 +108,31 @@ class _Parser:
         if token is None:
             reason += " (at the end)"
         return TimerSyntaxError(reason, expression=self.expression, token=token, position=at)
+
+    def too_large(self, name: str, at: int) -> TimerSyntaxError:
+        """Return the error for a number too large for the ``name`` field, from ``at``."""
+        info = _FIELD_BY_NAME[name]
+        token = self.text[at : self.pos]
+        if len(token) > 24:  # the expression is quoted in full already
+            token = token[:20] + "..."
+        return self.error(
+            f"{name} value is too large: write a number in {info.lo}..{info.hi // info.unit}",
+            at,
+            token,
+        )
+
+    @staticmethod
+    def to_int(digits: str) -> int | None:
+        """Return the value of a run of ASCII digits, or None when it is over 20 digits long.
+
+        ``int()`` raises a plain ValueError past 4,300 digits (CPython's limit on
+        string conversion); no field takes more than 20 (2**64 - 1). Leading zeros are
+        allowed, as systemd's ``strtoull`` allows them.
+        """
+        significant = digits.lstrip("0")
+        if len(significant) > _MAX_DIGITS:
+            return None
+        return int(significant or "0")
 
     def skip_spaces(self) -> None:
         while self.peek() == " ":
@@ -229,11 +246,15 @@ class _Parser:
             self.pos += 1
         if self.pos == digits_at:
             raise self.error("expected seconds since the epoch after '@'", at)
-        value = int(self.text[digits_at : self.pos])
         if self.pos != len(self.text):
             raise self.error("unexpected text after the epoch time")
+        value = self.to_int(self.text[digits_at : self.pos])
         token = self.text[at : self.pos]
-        if value > _ULONG_MAX or (negative and value) or value > 7_258_118_399:  # < 2200
+        if len(token) > 24:  # the expression is quoted in full already
+            token = token[:20] + "..."
+        if (
+            value is None or value > _ULONG_MAX or (negative and value) or value > 7_258_118_399
+        ):  # < 2200
             raise self.error("epoch time is outside 1970..2199", at, token)
         moment = datetime.fromtimestamp(value, tz=timezone.utc)
         for name, number in (
@@ -304,16 +325,17 @@ class _Parser:
             self.pos += 1
         if self.pos == at:
             raise self.error(f"expected a number or '*' for the {name}")
-        value = int(self.text[at : self.pos])
-        if value > _ULONG_MAX or (usec and value > _ULONG_MAX // USEC):
-            raise self.error(f"{name} value is too large", at, self.text[at : self.pos])
+        found = self.to_int(self.text[at : self.pos])
+        if found is None or found > _ULONG_MAX or (usec and found > _ULONG_MAX // USEC):
+            raise self.too_large(name, at)
+        value = found
         if usec:
             value *= USEC
             if self.peek() == "." and self.peek(1) != ".":
                 self.pos += 1
                 value += self.parse_fraction(name)
         if value > _INT_MAX:
-            raise self.error(f"{name} value is too large", at, self.text[at : self.pos])
+            raise self.too_large(name, at)
         return value
 
     def parse_fraction(self, name: str) -> int:
@@ -343,23 +365,13 @@ def _fix_year(chain: list[Component]) -> list[Component]:
     return [Component(fix(c.start), fix(c.stop), c.repeat, c.position, c.text) for c in chain]
 
 
-def _split_zone(expression: str) -> tuple[int, bool, str | None]:
-    """Return (end of body, utc, zone name) for the trailing zone, as systemd finds it."""
-    if expression[-4:].isascii() and expression[-4:].upper() == " UTC":
-        return len(expression) - 4, True, None
-    space = expression.rfind(" ")
-    if space >= 0 and load_zone(expression[space + 1 :]) is not None:
-        return space, False, expression[space + 1 :]
-    return len(expression), False, None
-
-
 def parse_spec(expression: str) -> CalendarSpec:
     """Parse and normalize ``expression``; raise TimerSyntaxError naming the bad token."""
     if not isinstance(expression, str):
         raise TimerSyntaxError(
             f"calendar expression must be a string, not {type(expression).__name__}"
         )
-    body_end, utc, zone = _split_zone(expression)
+    body_end, utc, zone = split_zone(expression)
     if body_end == 0:
         raise TimerSyntaxError("empty calendar expression", expression=expression)
     parser = _Parser(expression, body_end)
@@ -382,6 +394,8 @@ def parse_spec(expression: str) -> CalendarSpec:
         validate_chain(
             info, chains[info.name], last_day=last_day and info is DAY, expression=expression
         )
+    if not last_day:
+        check_date_exists(chains["month"], chains["day"], expression)
     weekdays = parser.weekdays if 0 < parser.weekdays < ALL_WEEKDAYS else None
     second = chains["second"]
     if second is None:  # unreachable: the parser always sets seconds

@@ -25,6 +25,7 @@ from celery_cronstore.errors import TimerSearchError
 from celery_cronstore.timers.calendar.clock import EPOCH_ORDINAL, LocalClock, days_from_civil
 from celery_cronstore.timers.calendar.fields import USEC, Chain, chain_contains, next_in_chain
 from celery_cronstore.timers.calendar.spec import CalendarSpec
+from celery_cronstore.timers.calendar.transitions import INDEXED, changes
 
 __all__ = ["day_bounds", "next_real", "next_wall", "wall_matches"]
 
@@ -146,6 +147,11 @@ class _Offsets:
         start = t_us // USEC
         limit = limit_us // USEC + 1
         here = self.clock.offset(start)[0]
+        if INDEXED[0] <= start and limit <= INDEXED[1]:  # the zone's changes, kept
+            for instant, offset, _ in changes(self.clock.zone, start, limit):
+                if offset != here:
+                    return instant * USEC
+            return None
         low = start
         while low < limit:
             high = min(low + _PROBE, limit)

@@ -6,7 +6,8 @@ Syntax
 
 * each field is a comma list of ``*``, ``N``, ``A-B`` (wrapping ranges such as
   ``fri-mon`` or ``22-2`` are allowed), each optionally followed by ``/STEP``
-  (``*/15``, ``1-30/5``, ``5/15`` meaning ``5-59/15``);
+  (``*/15``, ``1-30/5``, ``5/15`` meaning ``5-59/15``); a list holding a bare ``*``
+  means every value, as croniter reads it, and is written ``*`` (``*,0`` -> ``*``);
 * months and weekdays may be written as English three-letter names (``jan``,
   ``mon``), in any case; day-of-week ``7`` is Sunday, like ``0``;
 * an optional **sixth field holds the seconds**, as croniter reads it

@@ -129,14 +129,6 @@ def _check_field(text: str, field: _Field, expression: str, start: int) -> None:
         offset += len(item) + 1
         if not item:
             syntax(f"empty list item in the {field.name} field", expression, text, start)
-        if item == "*" and len(items) > 1:
-            # croniter mis-expands "*,5"; a bare "*" already covers every value.
-            syntax(
-                f"'*' cannot be combined with other items in the {field.name} field",
-                expression,
-                item,
-                position,
-            )
         lowered = item.lower()
         if _EXTENSION.search(lowered):
             syntax(
@@ -206,4 +198,15 @@ def normalize(expression: str) -> tuple[str, str | None]:
         )
     for (field_text, start), field in zip(spans, FIELDS, strict=False):
         _check_field(field_text, field, expression, start)
-    return " ".join(text for text, _ in spans).lower(), None
+    return " ".join(_star_list(text) for text, _ in spans).lower(), None
+
+
+def _star_list(field: str) -> str:
+    """Return ``*`` for a list holding a bare ``*`` (``*,0``), else ``field`` unchanged.
+
+    The list is the union of its items, so it means every value, as croniter and Vixie
+    cron read it; croniter also treats it as an unrestricted day field (``0 0 1,* * mon``
+    fires on Mondays only). croniter expands it to ``['*', 0]``, which its own value
+    sets cannot hold, so it is written ``*`` before croniter sees it.
+    """
+    return "*" if "*" in field.split(",") else field
