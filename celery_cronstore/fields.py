@@ -23,6 +23,7 @@ from dataclasses import field as _attribute
 from typing import Any
 
 from celery_cronstore.policy.alerts import parse_alert_after
+from celery_cronstore.policy.jitter import jitter_problem
 from celery_cronstore.policy.messages import option_problems
 from celery_cronstore.records import ABANDON_POLICIES, MISFIRE_POLICIES, OVERLAP_POLICIES
 from celery_cronstore.timers import KINDS
@@ -320,6 +321,10 @@ def _alert_after(value: Any) -> str | None:
     return None
 
 
+def _jitter(value: Any) -> str | None:
+    return jitter_problem(value) if isinstance(value, (int, float)) else None
+
+
 _SECONDS = "a non-negative number of seconds"
 
 #: The editable fields, in the order forms show them. Read it through :func:`table`.
@@ -369,6 +374,11 @@ FIELDS: list[Field] = [
           "run-now does not count): then it plans no further fire. Raise it to go on; "
           "blank: no limit.", label="Max runs", optional=True, minimum=1,
           group="timer", wants="a whole number of fires, at least 1"),
+    Field("jitter", float, None, "Delay each fire by up to this many seconds, a fixed "
+          "pseudo-random amount per task and fire (the same on every replica; never as far "
+          "as the next fire). The ledger keeps the nominal fire time; blank: no delay.",
+          label="Jitter", optional=True, minimum=0, group="timer",
+          wants="a number of seconds from 0 to 604800 (a week)", extra=_jitter),
     Field("owner", tuple, None, "Owner as TYPE:ID (its removal removes the task).",
           optional=True, group="owner", entry=False, extra=_owner),
 ]  # fmt: skip

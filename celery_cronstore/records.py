@@ -79,6 +79,9 @@ class PeriodicTask:
     alert_after: str | None = None
     #: Scheduled fires after which it plans no more (``None``: no limit; migration 0009).
     max_runs: int | None = None
+    #: Seconds each fire may be delayed by, the same on every replica (``None``: none;
+    #: :mod:`celery_cronstore.policy.jitter`, migration 0010).
+    jitter: float | None = None
 
     @property
     def owner(self) -> tuple[str, str] | None:
@@ -137,6 +140,13 @@ class Claim:
     #: Seconds from this fire to the timer's next one (None: no next fire): the CronTask
     #: time box is half of it.
     interval: float | None = None
+    #: When it is sent, if later than ``fire_time`` (the task's jitter delays it).
+    due: datetime | None = None
+
+    @property
+    def send_at(self) -> datetime:
+        """Return when the fire is meant to go out: its fire time, or later by jitter."""
+        return self.fire_time if self.due is None else self.due
 
 
 @dataclass(frozen=True)

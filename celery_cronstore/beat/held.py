@@ -108,18 +108,19 @@ class HeldClaims:
         return self._counted
 
     def hold(self, claims: list[Claim], looked_at: datetime, looked: float) -> None:
-        """Hold ``claims`` until their fire time. The database read ``looked_at`` on its
-        clock just before ``time.monotonic()`` was ``looked``: a fire is due at ``looked``
-        plus its fire time minus ``looked_at`` (never sooner; later by at most the reply
-        of that read). Those due already go out with the next :meth:`publish_due`."""
+        """Hold ``claims`` until their send time (the fire time, or later by the task's
+        jitter). The database read ``looked_at`` on its clock just before
+        ``time.monotonic()`` was ``looked``: a fire is due at ``looked`` plus its send
+        time minus ``looked_at`` (never sooner; later by at most the reply of that read).
+        Those due already go out with the next :meth:`publish_due`."""
         if claims:
             held = [
-                Held(looked + (c.fire_time - looked_at).total_seconds(), c, c.fire_time > looked_at)
+                Held(looked + (c.send_at - looked_at).total_seconds(), c, c.send_at > looked_at)
                 for c in claims
             ]
-            # Fire-time order, not due order: each claim maps the database clock to this
+            # Send-time order, not due order: each claim maps the database clock to this
             # host's with an error of up to one reply, which must not reorder close fires.
-            self._early = sorted(self._early + held, key=lambda item: item.claim.fire_time)
+            self._early = sorted(self._early + held, key=lambda item: item.claim.send_at)
 
     def publish_due(self) -> bool:
         """Publish the held claims whose fire time has come (in fire-time order); return

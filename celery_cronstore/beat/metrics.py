@@ -114,7 +114,7 @@ class BeatMetrics:
         """Count fires published at ``at`` and observe their lateness."""
         for claim in claims:
             self._fire(FireState.PUBLISHED, claim.name)
-            self.lateness.observe(max(0.0, (at - claim.fire_time).total_seconds()))
+            self.lateness.observe(max(0.0, (at - claim.send_at).total_seconds()))
 
     def watch(self, seconds: Callable[[], float]) -> None:
         """Compute the stall gauge at each scrape from ``seconds`` (beat's

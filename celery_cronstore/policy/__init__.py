@@ -45,6 +45,7 @@ from celery_cronstore.policy.fires import (
     withheld,
 )
 from celery_cronstore.policy.health import CLOCK_WARN, CLOCK_WARN_EVERY, beat_health
+from celery_cronstore.policy.jitter import delay as jitter_delay
 from celery_cronstore.policy.messages import (
     H_FIRE,
     H_INTERVAL,
@@ -132,6 +133,7 @@ __all__ = [
     "first_plan",
     "handed_back_lease",
     "interval_after",
+    "jitter_delay",
     "killed_run_age",
     "lost_reason",
     "make_claim",

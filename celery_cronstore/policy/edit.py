@@ -19,6 +19,8 @@ from typing import Any
 from celery_cronstore.errors import TimerError, TimerSearchError
 from celery_cronstore.policy.backlog import backlog
 from celery_cronstore.policy.fires import Entry, missed_entry, resume_point
+from celery_cronstore.policy.jitter import due as jitter_due
+from celery_cronstore.policy.jitter import nominal as jitter_nominal
 from celery_cronstore.policy.timing import timer_of
 from celery_cronstore.records import EPOCH, PeriodicTask
 from celery_cronstore.timers import Timer
@@ -34,7 +36,7 @@ __all__ = [
 ]
 
 #: The columns whose change re-plans a task: when it fires, and whether.
-REPLAN_FIELDS = ("timer", "timer_kind", "tz", "enabled", "max_runs")
+REPLAN_FIELDS = ("timer", "timer_kind", "tz", "enabled", "max_runs", "jitter")
 
 
 @dataclass(frozen=True)
@@ -87,9 +89,18 @@ def readable_timer(task: PeriodicTask) -> Timer | None:
 
 
 def first_plan(
-    timer: Timer | None, now: datetime, last_fire: datetime | None, enabled: bool
+    timer: Timer | None,
+    now: datetime,
+    last_fire: datetime | None,
+    enabled: bool,
+    *,
+    name: str = "",
+    jitter: float | None = None,
 ) -> datetime | None:
     """Return ``next_run`` for a task added or re-planned at ``now``.
+
+    With a ``jitter`` it is the first fire's jittered send instant (task ``name``'s delay,
+    :mod:`~celery_cronstore.policy.jitter`).
 
     ``None`` when disabled or when the timer fires no more (a one-off instant that already
     fired); :data:`EPOCH` ("beat, check it") when the timer cannot be read or cannot answer
@@ -100,7 +111,7 @@ def first_plan(
     if timer is None:
         return EPOCH
     try:
-        return timer.first_fire(now, last_fire)
+        return jitter_due(name, jitter, timer, timer.first_fire(now, last_fire))
     except TimerSearchError:  # beat plans past the instant the timer cannot answer at
         return EPOCH
 
@@ -158,7 +169,14 @@ def edit_plan(
     ended = bound is not None and task.total_run_count >= bound
     return EditPlan(
         replan=True,
-        next_run=first_plan(timer, now, last or task.last_fire, enabled and not ended),
+        next_run=first_plan(
+            timer,
+            now,
+            last or task.last_fire,
+            enabled and not ended,
+            name=values.get("name", task.name),
+            jitter=values.get("jitter", task.jitter),
+        ),
         missed=missed,
         last_fire=last,
         clear_error=task.error is not None,
@@ -181,7 +199,8 @@ def unclaimed(task: PeriodicTask, now: datetime, why: str) -> Entry | None:
     timer = readable_timer(task)
     if timer is None:
         return None
-    start = resume_point(first, task.last_fire, timer)
+    at = jitter_nominal(task.name, task.jitter, timer, first, task.last_fire)
+    start = resume_point(at, task.last_fire, timer)
     if start is None or start > now:
         return None
     walk = backlog(timer, start, now, keep=1)

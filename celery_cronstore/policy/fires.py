@@ -15,7 +15,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery_cronstore.errors import TimerError
-from celery_cronstore.policy.backlog import backlog, choose
+from celery_cronstore.policy import jitter
+from celery_cronstore.policy.backlog import Backlog, backlog, choose
 from celery_cronstore.policy.timing import interval_after
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
 from celery_cronstore.states import FireState
@@ -136,9 +137,10 @@ def make_claim(
     task: PeriodicTask, when: datetime, task_id: str, attempt: int, timer: Timer | None
 ) -> Claim:
     """Return the claim to publish for fire ``when`` of ``task`` (attempt ``attempt``)."""
+    send_at = when if timer is None else _due(task, timer, when) or when
     expires = None
     if task.start_deadline is not None:
-        expires = when + timedelta(seconds=task.start_deadline)
+        expires = send_at + timedelta(seconds=task.start_deadline)
     return Claim(
         periodic_task_id=task.id,
         name=task.name,
@@ -151,6 +153,7 @@ def make_claim(
         attempt=attempt,
         expires=expires,
         interval=interval_after(timer, when),
+        due=send_at if send_at != when else None,
     )
 
 
@@ -181,14 +184,17 @@ def plan(
         return Plan(RowUpdate(next_run=None))
     if task.next_run is None or task.next_run == EPOCH:
         # Added or re-timed by raw SQL: plan only, nothing was due yet.
-        return Plan(RowUpdate(next_run=timer.first_fire(now, task.last_fire)))
-    start = resume_point(task.next_run, task.last_fire, timer)
+        first = timer.first_fire(now, task.last_fire)
+        return Plan(RowUpdate(next_run=_due(task, timer, first)))
+    at = jitter.nominal(task.name, task.jitter, timer, task.next_run, task.last_fire)
+    start = resume_point(at, task.last_fire, timer)
     if start is None:
         return Plan(RowUpdate(next_run=None))
     limit = max(task.misfire_limit, 1)
-    walk = backlog(timer, start, now, keep=limit + 1, taken=taken)
+    keep = limit + (2 if task.jitter else 1)  # one more: the newest may not be sent yet
+    walk = _sent_by(task, timer, backlog(timer, start, now, keep=keep, taken=taken), now)
     if walk.first is None:  # nothing due after all
-        return Plan(RowUpdate(next_run=walk.following))
+        return Plan(RowUpdate(next_run=_due(task, timer, walk.following)))
     publish = choose(task.misfire_policy, walk.tail, now, grace, limit)
     if left is not None:  # the newest of them, up to the runs max_runs leaves
         publish = publish[-left:]
@@ -213,7 +219,7 @@ def plan(
             lease_until=now + lease,
             claimed_at=now,
         )
-        late = now - when
+        late = now - (_due(task, timer, when) or when)
         if task.start_deadline is not None and late > timedelta(seconds=task.start_deadline):
             entries.append(
                 _refused(
@@ -236,9 +242,28 @@ def plan(
             entries.append(claimed)
             claims.append(make_claim(task, when, claimed.task_id, claimed.attempts, timer))
     ended = left is not None and len(claims) >= left
-    following = None if ended else walk.following
+    following = None if ended else _due(task, timer, walk.following)
     update = RowUpdate(next_run=following, last_fire=walk.tail[-1], runs=len(claims))
     return Plan(update, entries, claims)
+
+
+def _due(task: PeriodicTask, timer: Timer, when: datetime | None) -> datetime | None:
+    """When the fire at nominal ``when`` is sent: later by its jitter, if the task has one."""
+    return jitter.due(task.name, task.jitter, timer, when)
+
+
+def _sent_by(task: PeriodicTask, timer: Timer, walk: Backlog, now: datetime) -> Backlog:
+    """Return ``walk`` without its newest point if that one's jittered send is after
+    ``now`` (only the newest can be: a delay never reaches the next grid point)."""
+    if not task.jitter or not walk.tail:
+        return walk
+    newest = walk.tail[-1]
+    send_at = _due(task, timer, newest)
+    if send_at is None or send_at <= now:
+        return walk
+    if walk.count <= 1:
+        return Backlog(None, [], 0, newest, walk.exact)
+    return Backlog(walk.first, walk.tail[:-1], walk.count - 1, newest, walk.exact)
 
 
 def runs_left(task: PeriodicTask) -> int | None:

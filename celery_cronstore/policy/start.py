@@ -13,8 +13,9 @@ In order, first match wins:
 4. later than the task's ``start_deadline`` after its fire time: **expired**;
 5. overlap policy ``skip`` and a predecessor still running: **skipped**;
 6. a later fire of the task already started: **dropped** (superseded);
-7. ``now < last_run + gap - tolerance`` (``gap``: from the previous fire to this one, at
-   most the interval to the next): **dropped** (early) — except under misfire policy
+7. ``now < last_run + gap - tolerance - jitter`` (``gap``: from the previous fire to this
+   one, at most the interval to the next; ``jitter``: the task's, as two delayed fires
+   may start that much closer): **dropped** (early) — except under misfire policy
    ``run_all``, whose user asked for every fire, backfilled ones back to back included
    (the early rule is for accidental bunching; the time box still applies to each run),
    and except for a re-run of a fire whose worker went silent (``reruns > 0``: the
@@ -77,6 +78,9 @@ class StartSnapshot:
     previous_fire: Callable[[], datetime | None]
     #: How many times the fire was published again after its worker went silent.
     reruns: int = 0
+    #: The task's jitter bound and this fire's delay, in seconds (``policy.jitter``).
+    jitter: float = 0.0
+    delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ def decide_start(snap: StartSnapshot) -> StartDecision:
     if not snap.enabled:
         return StartDecision(FireState.DROPPED, "periodic task is disabled")
     if snap.start_deadline is not None:
-        late = (snap.now - snap.fire_time).total_seconds()
+        late = (snap.now - snap.fire_time).total_seconds() - snap.delay
         if late > float(snap.start_deadline):
             return StartDecision(
                 FireState.EXPIRED,
@@ -168,11 +172,12 @@ def _early(snap: StartSnapshot) -> str | None:
     previous = snap.previous_fire()
     since = None if previous is None else (snap.fire_time - previous).total_seconds()
     gap = min(snap.interval, since or snap.interval)
-    earliest = snap.last_run + timedelta(seconds=gap - snap.tolerance)
+    earliest = snap.last_run + timedelta(seconds=gap - snap.tolerance - snap.jitter)
     if snap.now >= earliest:
         return None
+    spread = f" - jitter {snap.jitter:g}s" if snap.jitter else ""
     return (
         f"early: started at {snap.now.isoformat()}, before last run "
         f"{snap.last_run.isoformat()} + interval {gap:g}s - tolerance "
-        f"{snap.tolerance:g}s = {earliest.isoformat()}"
+        f"{snap.tolerance:g}s{spread} = {earliest.isoformat()}"
     )

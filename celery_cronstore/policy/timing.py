@@ -7,6 +7,7 @@ import functools
 from datetime import datetime
 from typing import Any
 
+from celery_cronstore.policy.jitter import due
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.timers import Timer, parse_timer
 
@@ -49,7 +50,8 @@ def stray_next_run(task: PeriodicTask, now: datetime) -> str | None:
     if task.max_runs is not None and task.total_run_count >= task.max_runs:
         return None  # its schedule has ended: no next run is as beat leaves it
     try:
-        expected = timer_of(task).first_fire(now, task.last_fire)
+        timer = timer_of(task)
+        expected = due(task.name, task.jitter, timer, timer.first_fire(now, task.last_fire))
     except Exception as exc:  # whatever is wrong, planning names it
         return f"its timer cannot be read ({exc})"
     if expected is None:

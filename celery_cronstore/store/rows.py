@@ -97,6 +97,7 @@ def to_task(row: sa.Row[Any]) -> PeriodicTask:
         abandon_policy=m["abandon_policy"],
         alert_after=m["alert_after"],
         max_runs=m["max_runs"],
+        jitter=m["jitter"],
     )
 
 

@@ -19,7 +19,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from celery_cronstore import policy
-from celery_cronstore.errors import TimerError
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.states import FINISH_STATES, STARTABLE, WORKER_RUNNING, FireState
 from celery_cronstore.store.db import Database
@@ -27,6 +26,7 @@ from celery_cronstore.store.failures import clip
 from celery_cronstore.store.restore import kept_report
 from celery_cronstore.store.rows import summarize, to_task
 from celery_cronstore.store.schema import fire, periodic_task
+from celery_cronstore.store.start_reads import fire_interval, snapshot
 from celery_cronstore.store.types import dumps
 
 __all__ = [
@@ -114,8 +114,8 @@ def start_fire(
             )
         ).one()
         if interval is None:
-            interval = _interval(task, row.fire_time)
-        snap = _snapshot(db, conn, task, row, now, retries, interval, tolerance, task_id)
+            interval = fire_interval(task, row.fire_time)
+        snap = snapshot(db, conn, task, row, now, retries, interval, tolerance, task_id)
         decision = policy.decide_start(snap)
         recorded = False
         if not decision.started:
@@ -143,77 +143,6 @@ def start_fire(
             recorded=recorded,
             rerun=int(row.reruns),
         )
-
-
-def _interval(task: PeriodicTask, fire_time: datetime) -> float | None:
-    try:
-        return policy.interval_after(policy.timer_of(task), fire_time)
-    except (TimerError, ValueError):
-        return None
-
-
-def _snapshot(
-    db: Database,
-    conn: sa.Connection,
-    task: PeriodicTask,
-    row: sa.Row[Any],
-    now: datetime,
-    retries: int,
-    interval: float | None,
-    tolerance: float,
-    task_id: str,
-) -> policy.StartSnapshot:
-    """Build the guard's snapshot; the extra reads run only if the decision asks for them."""
-
-    def running() -> tuple[datetime, str] | None:
-        query = sa.select(_F.fire_time, _F.state).where(
-            _F.periodic_task_id == task.id,
-            _F.id != row.id,
-            _F.state.in_(WORKER_RUNNING),
-            _F.lease_until > now,  # its worker still heartbeats
-        )
-        # No ORDER BY ... LIMIT 1: to skip the sort, planners walk the task's whole history
-        # in the (periodic_task_id, fire_time) key. A task has few fires in flight: read
-        # them all from ix_cronstore_fire_task_state and keep the newest.
-        found = conn.execute(db.locked(query, read=True)).all()
-        return max(((r.fire_time, r.state) for r in found), default=None)
-
-    def later_started() -> datetime | None:
-        return conn.execute(
-            sa.select(_F.fire_time)
-            .where(
-                _F.periodic_task_id == task.id,
-                _F.fire_time > row.fire_time,
-                _F.started_at.is_not(None),
-            )
-            .limit(1)
-        ).scalar_one_or_none()
-
-    def previous_fire() -> datetime | None:
-        return conn.execute(
-            sa.select(sa.func.max(_F.fire_time)).where(
-                _F.periodic_task_id == task.id, _F.fire_time < row.fire_time
-            )
-        ).scalar_one_or_none()
-
-    return policy.StartSnapshot(
-        task_id=task_id,
-        now=now,
-        retries=retries,
-        state=row.state,
-        fire_time=row.fire_time,
-        enabled=task.enabled,
-        start_deadline=task.start_deadline,
-        overlap_policy=task.overlap_policy,
-        misfire_policy=task.misfire_policy,
-        last_run=task.last_run,
-        interval=interval,
-        tolerance=float(task.tolerance) if task.tolerance is not None else float(tolerance),
-        running=running,
-        later_started=later_started,
-        previous_fire=previous_fire,
-        reruns=int(row.reruns),
-    )
 
 
 def _record_refusal(

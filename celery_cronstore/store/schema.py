@@ -60,6 +60,8 @@ periodic_task = sa.Table(
     sa.Column("alert_after", sa.String(32), nullable=True),
     # Scheduled fires after which it plans no more; NULL: no limit (migration 0009).
     sa.Column("max_runs", sa.Integer, nullable=True),
+    # Seconds each fire may be delayed by (policy.jitter); NULL: none (migration 0010).
+    sa.Column("jitter", sa.Float, nullable=True),
     sa.Index("ix_cronstore_periodic_task_due", "enabled", "next_run"),
     sa.Index("ix_cronstore_periodic_task_owner", "owner_type", "owner_id"),
     sa.Index("ix_cronstore_periodic_task_task", "task"),

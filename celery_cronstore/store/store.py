@@ -211,6 +211,7 @@ class Store(StoreRetire, StoreReads):
         abandon_policy: str = "leave",
         alert_after: str | None = None,
         max_runs: int | None = None,
+        jitter: float | None = None,
         force: bool = True,
         **more: Any,
     ) -> PeriodicTask:
@@ -247,6 +248,7 @@ class Store(StoreRetire, StoreReads):
                 "abandon_policy": abandon_policy,
                 "alert_after": alert_after,
                 "max_runs": max_runs,
+                "jitter": jitter,
                 "tolerance": tolerance,
                 "max_retries": max_retries,
                 "source": source,
@@ -261,7 +263,9 @@ class Store(StoreRetire, StoreReads):
             if not force:
                 _refuse_past(parsed, now)
             values.update(created_at=now, updated_at=now)
-            values["next_run"] = policy.first_plan(parsed, now, None, enabled)
+            values["next_run"] = policy.first_plan(
+                parsed, now, None, enabled, name=name, jitter=values["jitter"]
+            )
             try:
                 conn.execute(sa.insert(periodic_task).values(**values))
             except IntegrityError:

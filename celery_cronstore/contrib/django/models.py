@@ -93,6 +93,7 @@ class PeriodicTask(_ReadOnly):
     abandon_policy = models.CharField("abandon policy", max_length=16, default="leave")
     alert_after = models.CharField("alert after", max_length=32, null=True, blank=True)
     max_runs = models.IntegerField("max runs", null=True, blank=True)
+    jitter = models.FloatField("jitter", null=True, blank=True)
 
     #: The newest ledger state, set on the rows of an admin list page (the read model).
     last_state: str | None = None
