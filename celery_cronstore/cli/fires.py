@@ -1,17 +1,22 @@
 """The commands about fires: when a timer or a task fires next (validate, next), what its
-fires did (history), and one extra fire now (run-now)."""
+fires did (history), one extra fire now (run-now), and the fires of a past range that
+never ran (backfill)."""
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import sys
-from datetime import datetime, timezone
+import time
+from datetime import datetime, timezone, tzinfo
+from typing import Any
 
 import click
 
 from celery_cronstore import actions
 from celery_cronstore.cli.base import (
+    BadInputError,
     Command,
     CommandError,
     emit_json,
@@ -26,12 +31,14 @@ from celery_cronstore.cli.group import cronstore
 from celery_cronstore.config import Config
 from celery_cronstore.errors import CronstoreError
 from celery_cronstore.policy import allowed
+from celery_cronstore.policy.backfill import DEFAULT_RATE, RangeError, read_instant
+from celery_cronstore.records import Claim
 from celery_cronstore.timers import KINDS, parse_timer
 from celery_cronstore.timers import __main__ as timer_cli
 from celery_cronstore.timers.base import resolve_zone
 from celery_cronstore.timers.once import format_instant, parse_instant
 
-__all__ = ["history", "next_", "run_now", "validate"]
+__all__ = ["backfill", "history", "next_", "run_now", "validate"]
 
 
 @cronstore.command(cls=Command)
@@ -163,3 +170,141 @@ def run_now(ctx: click.Context, name: str) -> None:
     else:
         fired = fmt_time(claim.fire_time, get_settings(ctx).zone)
         click.echo(f"sent {name} ({claim.task}) as task id {claim.task_id}, fire time {fired}")
+
+
+#: The most fires per second ``backfill --rate`` takes.
+MAX_RATE = 1000.0
+
+
+@cronstore.command(cls=Command)
+@click.argument("name")
+@click.option(
+    "--from",
+    "start",
+    required=True,
+    metavar="WHEN",
+    help="First instant of the range (ISO-8601; without an offset it is read in the task's zone).",
+)
+@click.option(
+    "--to",
+    "end",
+    required=True,
+    metavar="WHEN",
+    help="Last instant of the range, included (ISO-8601, or `now`); not after now.",
+)
+@click.option("--dry-run", is_flag=True, help="List the fire times it would claim; claim nothing.")
+@click.option(
+    "--rate",
+    type=float,
+    default=DEFAULT_RATE,
+    show_default=True,
+    metavar="N",
+    help=f"Publish at most N fires per second (up to {MAX_RATE:g}).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (as the group's --json).")
+@click.pass_context
+def backfill(
+    ctx: click.Context,
+    name: str,
+    start: str,
+    end: str,
+    dry_run: bool,
+    rate: float,
+    as_json: bool,
+) -> None:
+    """Claim and send the fires of a past range that never ran (none in the ledger, or
+    recorded missed), each once, under its own task id."""
+    if not (math.isfinite(rate) and 0 < rate <= MAX_RATE):
+        raise BadInputError(
+            f"--rate must be a number of fires per second above 0, at most {MAX_RATE:g}; "
+            f"got {rate:g}"
+        )
+    app = get_app(ctx)
+    store = get_store(ctx)
+    settings = get_settings(ctx)
+    as_json = as_json or settings.as_json
+    zone = store.get(name).tz
+    node = f"cli@{socket.gethostname()}:{os.getpid()}"
+
+    def echo(claim: Claim) -> None:
+        click.echo(f"sent {fmt_time(claim.fire_time, settings.zone)}  {claim.task_id}")
+
+    try:
+        report = actions.backfill(
+            app,
+            store,
+            name,
+            read_instant(start, zone, "--from"),
+            None if end.strip().lower() == "now" else read_instant(end, zone, "--to"),
+            node=node,
+            dry_run=dry_run,
+            rate=rate,
+            pace=_Pacer(),
+            on_sent=None if as_json else echo,
+        )
+    except RangeError as exc:
+        raise BadInputError(str(exc)) from None
+    except CronstoreError as exc:
+        raise CommandError(str(exc)) from None
+    if as_json:
+        emit_json(report.fire_times if dry_run else _backfill_json(report))
+        return
+    if dry_run:
+        for instant in report.fire_times:
+            click.echo(fmt_time(instant, settings.zone))
+    click.echo(_backfill_summary(report, settings.zone))
+
+
+class _Pacer:
+    """Wait until each publish's turn: ``offset`` seconds after the first one."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+
+    def __call__(self, offset: float) -> None:
+        now = time.monotonic()
+        if self.first is None:
+            self.first = now - offset
+        wait = self.first + offset - now
+        if wait > 0:
+            time.sleep(wait)
+
+
+def _backfill_json(report: actions.BackfillReport) -> dict[str, Any]:
+    def fires(claims: list[Claim]) -> list[dict[str, Any]]:
+        return [{"fire_time": c.fire_time, "task_id": c.task_id} for c in claims]
+
+    return {
+        "name": report.name,
+        "task": report.task,
+        "from": report.start,
+        "to": report.end,
+        "count": len(report.claimed),
+        "sent": fires(report.sent),
+        "not_sent": fires(report.not_sent),
+        "from_missed": report.from_missed,
+        "already_in_ledger": report.taken,
+    }
+
+
+def _backfill_summary(report: actions.BackfillReport, zone: tzinfo | None) -> str:
+    span = f"from {fmt_time(report.start, zone)} to {fmt_time(report.end, zone)}"
+    held = f"{len(report.taken)} in the range already in the ledger"
+    if not report.claimed:
+        return f"nothing to backfill for {report.name} {span} ({held})"
+    missed = f"{len(report.from_missed)} of them recorded missed"
+    if report.dry_run:
+        return (
+            f"would claim {len(report.claimed)} fire(s) of {report.name} {span} ({missed}; "
+            f"{held}); nothing claimed (dry run)"
+        )
+    text = (
+        f"sent {len(report.sent)} fire(s) of {report.name} ({report.task}) {span} "
+        f"({missed}; {held})"
+    )
+    if report.not_sent:
+        text += (
+            f"; {len(report.not_sent)} claimed but not sent here (the task was disabled, "
+            "or a beat took them over: see its history)"
+        )
+    return text

@@ -42,6 +42,7 @@ COMMANDS = (
     "next",
     "history",
     "run-now",
+    "backfill",
     "validate",
     "import",
     "export",
