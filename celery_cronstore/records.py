@@ -82,6 +82,9 @@ class PeriodicTask:
     #: Seconds each fire may be delayed by, the same on every replica (``None``: none;
     #: :mod:`celery_cronstore.policy.jitter`, migration 0010).
     jitter: float | None = None
+    #: No fire before / after these instants (``None``: unbounded; migration 0011).
+    start_at: datetime | None = None
+    end_at: datetime | None = None
 
     @property
     def owner(self) -> tuple[str, str] | None:

@@ -70,6 +70,30 @@ REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
         "alert_after",
         "alert_after '5x': unknown unit 'x' in '5x': use w, d, h, m or s",
     ),
+    (
+        "jitter too long",
+        {"jitter": 700_000},
+        "jitter",
+        "jitter must be from 0 to 604800 seconds (a week), got 700000",
+    ),
+    (
+        "end without offset",
+        {"end_at": "2099-01-01T00:00:00"},
+        "end_at",
+        "end_at 2099-01-01T00:00:00 has no offset: add one",
+    ),
+    (
+        "end before start",
+        {"start_at": "2099-06-01T00:00:00+00:00", "end_at": "2099-01-01T00:00:00+00:00"},
+        "end_at",
+        "end_at 2099-01-01T00:00:00+00:00 is not after start_at 2099-06-01T00:00:00+00:00",
+    ),
+    (
+        "past end",
+        {"end_at": "2020-01-01T00:00:00Z"},
+        "end_at",
+        "end_at 2020-01-01T00:00:00+00:00 is already past: the task would never fire",
+    ),
 ]
 
 

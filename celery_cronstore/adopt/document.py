@@ -104,7 +104,10 @@ def _entry(task: PeriodicTask) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
-    """Return a copy of ``value`` (lists and dicts are the stored task's own)."""
+    """Return a copy of ``value`` (lists and dicts are the stored task's own), an instant
+    as ISO-8601 text (what the field reads back)."""
+    if isinstance(value, datetime):
+        return format_instant(value)
     return json.loads(json.dumps(value)) if isinstance(value, (list, dict)) else value
 
 

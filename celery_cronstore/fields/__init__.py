@@ -20,8 +20,16 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as _attribute
+from datetime import datetime
 from typing import Any
 
+from celery_cronstore.fields.values import (
+    TEXT_BYTES,
+    FieldValueError,
+    check_text,
+    instant,
+    json_ready,
+)
 from celery_cronstore.policy.alerts import parse_alert_after
 from celery_cronstore.policy.jitter import jitter_problem
 from celery_cronstore.policy.messages import option_problems
@@ -41,19 +49,8 @@ __all__ = [
     "table",
 ]
 
-#: Longest text a ``Text`` column holds on every backend (MySQL/MariaDB ``TEXT``: bytes).
-TEXT_BYTES = 65_535
-_NUL = chr(0)
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
-
-
-class FieldValueError(ValueError):
-    """A value a field refuses; ``field`` names it (windows show the text next to it)."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field_name
 
 
 class ForceableError(FieldValueError):
@@ -62,40 +59,13 @@ class ForceableError(FieldValueError):
     already past), though the store could hold it."""
 
 
-def check_text(name: str, value: str, *, max_chars: int | None = None) -> str:
-    """Return ``value`` if every backend can store it verbatim; else raise ``ValueError``.
-
-    PostgreSQL refuses NUL characters in text, no driver can encode a lone surrogate, and
-    columns have lengths (``Text`` holds 65,535 bytes of UTF-8 on MySQL/MariaDB).
-    """
-    nul = value.find(_NUL)
-    if nul >= 0:
-        raise FieldValueError(
-            name, f"{name} contains a NUL character (position {nul}); PostgreSQL cannot store it"
-        )
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise FieldValueError(
-            name, f"{name} is not valid Unicode (lone surrogate at position {exc.start})"
-        ) from None
-    if max_chars is not None and len(value) > max_chars:
-        raise FieldValueError(
-            name, f"{name} is longer than {max_chars} characters ({len(value)}): shorten it"
-        )
-    if size > TEXT_BYTES:
-        raise FieldValueError(
-            name, f"{name} is {size} bytes of UTF-8, more than the {TEXT_BYTES} it may hold"
-        )
-    return value
-
-
 @dataclass(frozen=True)
 class Field:
     """One editable field of a periodic task and how every window treats it."""
 
     name: str
-    #: ``str``, ``int``, ``float``, ``bool``, ``list``, ``dict`` or ``tuple`` (the owner).
+    #: ``str``, ``int``, ``float``, ``bool``, ``list``, ``dict``, ``datetime`` (an
+    #: instant: ISO-8601 text with its offset) or ``tuple`` (the owner).
     type: type
     default: Any
     help: str
@@ -149,6 +119,7 @@ class Field:
             int: "INTEGER",
             float: "SECONDS",
             tuple: "TYPE:ID",
+            datetime: "ISO-8601",
         }.get(self.type, "TEXT")
 
     @property
@@ -204,11 +175,13 @@ class Field:
         if kind is list:
             if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
                 raise self._fail(f"{self.name} must be a list, got {type(value).__name__}")
-            return _json_ready(self.name, list(value))
+            return json_ready(self.name, list(value))
         if kind is dict:
             if not isinstance(value, Mapping):
                 raise self._fail(f"{self.name} must be a mapping, got {type(value).__name__}")
-            return _json_ready(self.name, dict(value))
+            return json_ready(self.name, dict(value))
+        if kind is datetime:
+            return instant(self.name, value, self.wants)
         return value
 
     def _number(self, value: Any) -> int | float:
@@ -257,6 +230,8 @@ class Field:
                 wanted = "JSON array" if self.type is list else "JSON object"
                 raise self._fail(f"{self.name} must be a {wanted}, got {text!r}")
             return self.check(parsed)
+        if self.type is datetime:
+            return self.check(stripped)
         if self.type is tuple:
             owner_type, sep, owner_id = stripped.partition(":")
             if not sep or not owner_type or not owner_id:
@@ -278,20 +253,9 @@ class Field:
             return f"{value:g}"
         if self.type is tuple:
             return f"{value[0]}:{value[1]}"
+        if isinstance(value, datetime):
+            return value.isoformat()
         return str(value)
-
-
-def _json_ready(name: str, value: Any) -> Any:
-    try:
-        # NaN and infinities are not JSON: other readers (and kombu's peers) refuse them.
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise FieldValueError(name, f"{name} must be JSON-serializable: {exc}") from None
-    except RecursionError:
-        raise FieldValueError(
-            name, f"{name} must be JSON-serializable: nested too deeply"
-        ) from None
-    return value
 
 
 def _options(value: Any) -> str | None:
@@ -326,6 +290,7 @@ def _jitter(value: Any) -> str | None:
 
 
 _SECONDS = "a non-negative number of seconds"
+_INSTANT = "an ISO-8601 instant with its offset (e.g. 2027-01-01T09:00:00+01:00 or ...Z)"
 
 #: The editable fields, in the order forms show them. Read it through :func:`table`.
 FIELDS: list[Field] = [
@@ -379,6 +344,12 @@ FIELDS: list[Field] = [
           "as the next fire). The ledger keeps the nominal fire time; blank: no delay.",
           label="Jitter", optional=True, minimum=0, group="timer",
           wants="a number of seconds from 0 to 604800 (a week)", extra=_jitter),
+    Field("start_at", datetime, None, "No fire before this instant (ISO-8601 with its "
+          "offset); blank: from now.", label="Start at", optional=True, group="timer",
+          wants=_INSTANT),
+    Field("end_at", datetime, None, "No fire after this instant: then it plans no further "
+          "fire and shows as ended (it stays enabled). Blank: no end.", label="End at",
+          optional=True, group="timer", wants=_INSTANT),
     Field("owner", tuple, None, "Owner as TYPE:ID (its removal removes the task).",
           optional=True, group="owner", entry=False, extra=_owner),
 ]  # fmt: skip

@@ -20,6 +20,7 @@ from celery_cronstore.policy.abandon import (
     killed_run_age,
 )
 from celery_cronstore.policy.backlog import WALK_LIMIT, Backlog, backlog, choose
+from celery_cronstore.policy.bounds import bounds_problem, ended
 from celery_cronstore.policy.edit import (
     REPLAN_FIELDS,
     EditPlan,
@@ -121,6 +122,7 @@ __all__ = [
     "allowed",
     "backlog",
     "beat_health",
+    "bounds_problem",
     "choose",
     "deadline",
     "decide_abandoned",
@@ -129,6 +131,7 @@ __all__ = [
     "decide_start",
     "decide_take_over",
     "edit_plan",
+    "ended",
     "fire_task_id",
     "first_plan",
     "handed_back_lease",

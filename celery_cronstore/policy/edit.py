@@ -18,6 +18,7 @@ from typing import Any
 
 from celery_cronstore.errors import TimerError, TimerSearchError
 from celery_cronstore.policy.backlog import backlog
+from celery_cronstore.policy.bounds import bounded, walk_until
 from celery_cronstore.policy.fires import Entry, missed_entry, resume_point
 from celery_cronstore.policy.jitter import due as jitter_due
 from celery_cronstore.policy.jitter import nominal as jitter_nominal
@@ -36,7 +37,16 @@ __all__ = [
 ]
 
 #: The columns whose change re-plans a task: when it fires, and whether.
-REPLAN_FIELDS = ("timer", "timer_kind", "tz", "enabled", "max_runs", "jitter")
+REPLAN_FIELDS = (
+    "timer",
+    "timer_kind",
+    "tz",
+    "enabled",
+    "max_runs",
+    "jitter",
+    "start_at",
+    "end_at",
+)
 
 
 @dataclass(frozen=True)
@@ -96,11 +106,14 @@ def first_plan(
     *,
     name: str = "",
     jitter: float | None = None,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
 ) -> datetime | None:
     """Return ``next_run`` for a task added or re-planned at ``now``.
 
-    With a ``jitter`` it is the first fire's jittered send instant (task ``name``'s delay,
-    :mod:`~celery_cronstore.policy.jitter`).
+    Not before ``start_at``; ``None`` past ``end_at`` (:mod:`~celery_cronstore.policy.
+    bounds`). With a ``jitter`` it is the first fire's jittered send instant (task
+    ``name``'s delay, :mod:`~celery_cronstore.policy.jitter`).
 
     ``None`` when disabled or when the timer fires no more (a one-off instant that already
     fired); :data:`EPOCH` ("beat, check it") when the timer cannot be read or cannot answer
@@ -111,7 +124,8 @@ def first_plan(
     if timer is None:
         return EPOCH
     try:
-        return jitter_due(name, jitter, timer, timer.first_fire(now, last_fire))
+        first = bounded(timer, timer.first_fire(now, last_fire), start_at, end_at)
+        return jitter_due(name, jitter, timer, first)
     except TimerSearchError:  # beat plans past the instant the timer cannot answer at
         return EPOCH
 
@@ -176,6 +190,8 @@ def edit_plan(
             enabled and not ended,
             name=values.get("name", task.name),
             jitter=values.get("jitter", task.jitter),
+            start_at=values.get("start_at", task.start_at),
+            end_at=values.get("end_at", task.end_at),
         ),
         missed=missed,
         last_fire=last,
@@ -203,7 +219,7 @@ def unclaimed(task: PeriodicTask, now: datetime, why: str) -> Entry | None:
     start = resume_point(at, task.last_fire, timer)
     if start is None or start > now:
         return None
-    walk = backlog(timer, start, now, keep=1)
+    walk = backlog(timer, start, walk_until(now, task.end_at), keep=1)
     if walk.first is None:
         return None
     reason = f"the task was {why} before beat claimed them"

@@ -17,6 +17,7 @@ from typing import Any
 from celery_cronstore.errors import TimerError
 from celery_cronstore.policy import jitter
 from celery_cronstore.policy.backlog import Backlog, backlog, choose
+from celery_cronstore.policy.bounds import bounded, walk_until
 from celery_cronstore.policy.timing import interval_after
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
 from celery_cronstore.states import FireState
@@ -184,17 +185,18 @@ def plan(
         return Plan(RowUpdate(next_run=None))
     if task.next_run is None or task.next_run == EPOCH:
         # Added or re-timed by raw SQL: plan only, nothing was due yet.
-        first = timer.first_fire(now, task.last_fire)
+        first = _bounded(task, timer, timer.first_fire(now, task.last_fire))
         return Plan(RowUpdate(next_run=_due(task, timer, first)))
     at = jitter.nominal(task.name, task.jitter, timer, task.next_run, task.last_fire)
-    start = resume_point(at, task.last_fire, timer)
-    if start is None:
+    start = _bounded(task, timer, resume_point(at, task.last_fire, timer))
+    if start is None:  # past its end_at, or the timer fires no more
         return Plan(RowUpdate(next_run=None))
     limit = max(task.misfire_limit, 1)
     keep = limit + (2 if task.jitter else 1)  # one more: the newest may not be sent yet
-    walk = _sent_by(task, timer, backlog(timer, start, now, keep=keep, taken=taken), now)
+    until = walk_until(now, task.end_at)
+    walk = _sent_by(task, timer, backlog(timer, start, until, keep=keep, taken=taken), now)
     if walk.first is None:  # nothing due after all
-        return Plan(RowUpdate(next_run=_due(task, timer, walk.following)))
+        return Plan(RowUpdate(next_run=_due(task, timer, _bounded(task, timer, walk.following))))
     publish = choose(task.misfire_policy, walk.tail, now, grace, limit)
     if left is not None:  # the newest of them, up to the runs max_runs leaves
         publish = publish[-left:]
@@ -242,9 +244,14 @@ def plan(
             entries.append(claimed)
             claims.append(make_claim(task, when, claimed.task_id, claimed.attempts, timer))
     ended = left is not None and len(claims) >= left
-    following = None if ended else _due(task, timer, walk.following)
+    following = None if ended else _due(task, timer, _bounded(task, timer, walk.following))
     update = RowUpdate(next_run=following, last_fire=walk.tail[-1], runs=len(claims))
     return Plan(update, entries, claims)
+
+
+def _bounded(task: PeriodicTask, timer: Timer, when: datetime | None) -> datetime | None:
+    """The first grid point from ``when`` on within the task's start_at and end_at."""
+    return bounded(timer, when, task.start_at, task.end_at)
 
 
 def _due(task: PeriodicTask, timer: Timer, when: datetime | None) -> datetime | None:

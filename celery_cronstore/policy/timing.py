@@ -7,6 +7,7 @@ import functools
 from datetime import datetime
 from typing import Any
 
+from celery_cronstore.policy.bounds import bounded
 from celery_cronstore.policy.jitter import due
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.timers import Timer, parse_timer
@@ -51,7 +52,8 @@ def stray_next_run(task: PeriodicTask, now: datetime) -> str | None:
         return None  # its schedule has ended: no next run is as beat leaves it
     try:
         timer = timer_of(task)
-        expected = due(task.name, task.jitter, timer, timer.first_fire(now, task.last_fire))
+        first = bounded(timer, timer.first_fire(now, task.last_fire), task.start_at, task.end_at)
+        expected = due(task.name, task.jitter, timer, first)
     except Exception as exc:  # whatever is wrong, planning names it
         return f"its timer cannot be read ({exc})"
     if expected is None:

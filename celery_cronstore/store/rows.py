@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from celery_cronstore import fields
-from celery_cronstore.fields import TEXT_BYTES, check_text
-from celery_cronstore.policy import option_problems
+from celery_cronstore.fields import TEXT_BYTES, FieldValueError, ForceableError, check_text
+from celery_cronstore.policy import bounds_problem, option_problems
 from celery_cronstore.records import Fire, PeriodicTask
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.types import dumps, loads
@@ -19,10 +20,12 @@ from celery_cronstore.timers import Timer
 __all__ = [
     "FIRE_COLUMNS",
     "TEXT_BYTES",
+    "check_bounds",
     "check_text",
     "check_values",
     "json_problems",
     "owner_values",
+    "refuse_past",
     "summarize",
     "timer_key",
     "timer_values",
@@ -98,6 +101,8 @@ def to_task(row: sa.Row[Any]) -> PeriodicTask:
         alert_after=m["alert_after"],
         max_runs=m["max_runs"],
         jitter=m["jitter"],
+        start_at=m["start_at"],
+        end_at=m["end_at"],
     )
 
 
@@ -199,3 +204,27 @@ def timer_values(timer: Timer) -> dict[str, str]:
         "timer": check_text("timer", str(timer), max_chars=500),
         "tz": check_text("tz", timer.tz_name, max_chars=64),
     }
+
+
+def refuse_past(timer: Timer, now: datetime, end_at: datetime | None = None) -> None:
+    """Refuse a one-off instant already past at ``now`` (it would fire at once, late),
+    and an ``end_at`` already past (the task would never fire)."""
+    if timer.kind == "once" and timer.next_after(now) is None:
+        raise ForceableError(
+            "timer",
+            f"the one-off instant {timer} is already past: it would fire at once, late. "
+            "Give a future instant",
+        )
+    if end_at is not None and end_at <= now:
+        raise ForceableError(
+            "end_at",
+            f"end_at {end_at.isoformat()} is already past: the task would never fire. "
+            "Give a future end, or leave it blank",
+        )
+
+
+def check_bounds(start_at: datetime | None, end_at: datetime | None) -> None:
+    """Refuse an ``end_at`` that is not after ``start_at``, naming both."""
+    problem = bounds_problem(start_at, end_at)
+    if problem is not None:
+        raise FieldValueError("end_at", problem)

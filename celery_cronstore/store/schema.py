@@ -62,6 +62,9 @@ periodic_task = sa.Table(
     sa.Column("max_runs", sa.Integer, nullable=True),
     # Seconds each fire may be delayed by (policy.jitter); NULL: none (migration 0010).
     sa.Column("jitter", sa.Float, nullable=True),
+    # No fire before / after these instants; NULL: unbounded (migration 0011).
+    sa.Column("start_at", UTCDateTime, nullable=True),
+    sa.Column("end_at", UTCDateTime, nullable=True),
     sa.Index("ix_cronstore_periodic_task_due", "enabled", "next_run"),
     sa.Index("ix_cronstore_periodic_task_owner", "owner_type", "owner_id"),
     sa.Index("ix_cronstore_periodic_task_task", "task"),

@@ -83,12 +83,16 @@ class StoreReads:
     def next_runs(
         self, name: str, n: int = 5, *, after: datetime | None = None
     ) -> builtins.list[datetime]:
-        """Return the next ``n`` fire times of a task (from its planned next run or ``after``)."""
+        """Return the next ``n`` fire times of a task (from its planned next run or ``after``),
+        nominal (before any jitter) and within its ``start_at`` and ``end_at``."""
         record = self.get(name)
         if not record.enabled:
             return []
         start = after if after is not None else self.now()
-        return builtins.list(fires(timer_of(record), start, limit=n))
+        if record.start_at is not None and start < record.start_at:
+            start = record.start_at - timedelta(microseconds=1)
+        times = fires(timer_of(record), start, limit=n)
+        return [t for t in times if record.end_at is None or t <= record.end_at]
 
     def history(self, name: str, limit: int = 50) -> builtins.list[Fire]:
         """Return the task's ledger rows, newest fire first."""

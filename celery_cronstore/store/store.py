@@ -26,8 +26,10 @@ from celery_cronstore.store.db import Database
 from celery_cronstore.store.engine import Clock, Dialect, create_store_engine, redact
 from celery_cronstore.store.retire import StoreRetire
 from celery_cronstore.store.rows import (
+    check_bounds,
     check_values,
     owner_values,
+    refuse_past,
     timer_key,
     timer_values,
     to_task,
@@ -212,6 +214,8 @@ class Store(StoreRetire, StoreReads):
         alert_after: str | None = None,
         max_runs: int | None = None,
         jitter: float | None = None,
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
         force: bool = True,
         **more: Any,
     ) -> PeriodicTask:
@@ -249,6 +253,8 @@ class Store(StoreRetire, StoreReads):
                 "alert_after": alert_after,
                 "max_runs": max_runs,
                 "jitter": jitter,
+                "start_at": start_at,
+                "end_at": end_at,
                 "tolerance": tolerance,
                 "max_retries": max_retries,
                 "source": source,
@@ -257,14 +263,22 @@ class Store(StoreRetire, StoreReads):
         )
         values.update(owner_values(owner))
         values.update(timer_values(parsed))
+        check_bounds(values["start_at"], values["end_at"])
         self._check_task(task, list(args), kwargs or {}, registered=not force)
         with self.begin() as conn:
             now = self.now(conn)
             if not force:
-                _refuse_past(parsed, now)
+                refuse_past(parsed, now, values["end_at"])
             values.update(created_at=now, updated_at=now)
             values["next_run"] = policy.first_plan(
-                parsed, now, None, enabled, name=name, jitter=values["jitter"]
+                parsed,
+                now,
+                None,
+                enabled,
+                name=name,
+                jitter=values["jitter"],
+                start_at=values["start_at"],
+                end_at=values["end_at"],
             )
             try:
                 conn.execute(sa.insert(periodic_task).values(**values))
@@ -311,6 +325,7 @@ class Store(StoreRetire, StoreReads):
         if owner is not ...:
             values.update(owner_values(owner))
         current = to_task(self._row(conn, name, lock=True))
+        check_bounds(values.get("start_at", current.start_at), values.get("end_at", current.end_at))
         if {"task", "args", "kwargs"} & set(changes):
             self._check_task(
                 changes.get("task", current.task),
@@ -334,7 +349,7 @@ class Store(StoreRetire, StoreReads):
             )
             values.update(timer_values(parsed))
             if not force and timer_key(parsed) != timer_key(current):
-                _refuse_past(parsed, now)
+                refuse_past(parsed, now)
         decided = policy.edit_plan(current, values, now, timer=parsed)
         if decided.missed is not None:
             _record(conn, decided.missed)
@@ -388,16 +403,6 @@ def _updatable() -> frozenset[str]:
     fields of :mod:`celery_cronstore.fields`, read now) and ``source``."""
     timer = {"timer", "kind", "tz", "owner"}
     return frozenset({f.name for f in fields.table()} - timer | {"source"})
-
-
-def _refuse_past(timer: Timer, now: datetime) -> None:
-    """Refuse a one-off instant already past at ``now`` (it would fire at once, late)."""
-    if timer.kind == "once" and timer.next_after(now) is None:
-        raise ForceableError(
-            "timer",
-            f"the one-off instant {timer} is already past: it would fire at once, late. "
-            "Give a future instant",
-        )
 
 
 def _record(conn: sa.Connection, entry: policy.Entry) -> None:

@@ -24,7 +24,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.utils import redirect
 from werkzeug.wrappers import Request, Response
 
-from celery_cronstore import actions
+from celery_cronstore import actions, policy
 from celery_cronstore.catalog import TaskCatalog
 from celery_cronstore.config import Config
 from celery_cronstore.errors import (
@@ -344,6 +344,7 @@ class WebApp:
             task=record,
             upcoming=upcoming,
             timer_error=timer_error,
+            ended=policy.ended(record, ctx.now),
             history=history,
             chart=lateness_chart(series),
             legend=states_in(series),

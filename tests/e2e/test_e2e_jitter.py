@@ -1,4 +1,5 @@
-"""Jitter with three real beat replicas (issue 25): each fire sent once, at its delay.
+"""Jitter and bounds with three real beat replicas (issue 25): each fire sent once, at
+its delay; a bounded task fires exactly the grid points between its start and its end.
 
 Four plain tasks and two CronTasks fire every 10 s with ``jitter = 9``. Three beats share
 one PostgreSQL store and a Redis broker; a worker records each delivery with its arrival
@@ -22,7 +23,7 @@ from processes import beat, celery_env, deliveries, running, wait_for, worker
 from celery_cronstore.policy import jitter
 from celery_cronstore.states import FireState
 from celery_cronstore.store import Store
-from celery_cronstore.timers import parse_timer
+from celery_cronstore.timers import Timer, parse_timer
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres, pytest.mark.serial]
 
@@ -45,6 +46,16 @@ def test_three_replicas_send_each_jittered_fire_once_after_its_delay(
         store.add(name, task="e2e.record", timer="every 10s", args=[name], jitter=SPREAD)
     for name in GUARDED:
         store.add(name, task="e2e.guarded", timer="every 10s", args=[name], jitter=SPREAD)
+    opens = store.now() + timedelta(seconds=40)  # after the processes are up
+    closes = opens + timedelta(seconds=12)
+    store.add(
+        "bounded",
+        task="e2e.record",
+        timer="every 2s",
+        args=["bounded"],
+        start_at=opens,
+        end_at=closes,
+    )
     record = tmp_path / "record.jsonl"
     env = celery_env(redis_url, postgres_url, record, E2E_QUEUE=f"jitter-{uuid.uuid4().hex[:8]}")
     commands = [worker("w1", pool="threads"), beat(), beat(), beat()]
@@ -54,6 +65,8 @@ def test_three_replicas_send_each_jittered_fire_once_after_its_delay(
         time.sleep(SECONDS)
         end = store.now()
         time.sleep(SPREAD + 3)  # the window's last fires are sent up to 9 s late
+        while store.now() < closes + timedelta(seconds=3):  # the bounded task's end
+            time.sleep(0.5)
         for name in PLAIN + GUARDED:
             store.disable(name)
         time.sleep(2)
@@ -80,15 +93,21 @@ def test_three_replicas_send_each_jittered_fire_once_after_its_delay(
         states = {f.fire_time: f.state for f in store.history(name, 1000)}
         for point in window:
             assert states.get(point) == FireState.SUCCEEDED, f"{name} {point}: {states.get(point)}"
+    bounded = sorted(
+        datetime.fromisoformat(d["fire_time"]) for d in got if d["args"] == ["bounded"]
+    )
+    inside = _grid(opens - timedelta(seconds=1), closes, parse_timer("every 2s"))
+    assert bounded == inside, f"bounded task fired {bounded}, expected {inside}"
+    assert store.get("bounded").next_run is None
     claimers = {f.claimed_by for name in PLAIN + GUARDED for f in store.history(name, 1000)}
     assert len(claimers) >= 2, f"only {claimers} claimed"
     store.close()
 
 
-def _grid(start: datetime, end: datetime) -> list[datetime]:
+def _grid(start: datetime, end: datetime, grid: Timer = GRID) -> list[datetime]:
     points = []
-    point = GRID.next_after(start)
+    point = grid.next_after(start)
     while point is not None and point <= end:
         points.append(point)
-        point = GRID.next_after(point)
+        point = grid.next_after(point)
     return points

@@ -59,8 +59,7 @@ def test_the_delay_is_below_the_jitter_and_the_gap(
     jitter_s: float | None, gap: timedelta | None, bound: float
 ) -> None:
     delays = [
-        jitter.delay(f"t{i}", jitter_s, T0, None if gap is None else T0 + gap)
-        for i in range(500)
+        jitter.delay(f"t{i}", jitter_s, T0, None if gap is None else T0 + gap) for i in range(500)
     ]
     assert all(timedelta(0) <= d for d in delays)
     if bound == 0:
@@ -91,7 +90,8 @@ def test_five_thousand_tenants_at_two_are_spread_over_the_hour() -> None:
 @pytest.mark.parametrize("value", [-1.0, 604_801.0, 1e300])
 def test_a_jitter_out_of_range_is_refused_with_the_range(value: float) -> None:
     problem = jitter.jitter_problem(value)
-    assert problem is not None and "from 0 to 604800 seconds" in problem
+    assert problem is not None
+    assert "from 0 to 604800 seconds" in problem
 
 
 @pytest.mark.parametrize("timer", [HOURLY, DAILY, EVERY_10S])
@@ -101,9 +101,11 @@ def test_the_nominal_time_is_found_again_from_the_send_time(timer: Timer, spread
     assert point is not None
     for _ in range(20):
         send = jitter.due("report", spread, timer, point)
-        assert send is not None and point <= send
+        assert send is not None
+        assert point <= send
         following = timer.next_after(point)
-        assert following is not None and send < following
+        assert following is not None
+        assert send < following
         assert jitter.nominal("report", spread, timer, send, None) == point
         previous = timer.last_at_or_before(point - timedelta(microseconds=1))
         assert jitter.nominal("report", spread, timer, send, previous) == point
@@ -124,7 +126,8 @@ def test_a_send_time_no_delay_explains_stands_for_the_next_unrecorded_point() ->
 def test_a_jittered_fire_waits_for_its_delay_and_keeps_its_nominal_time() -> None:
     nominal = T0  # noon: an HOURLY grid point
     send = jitter.due("report", 1800, HOURLY, nominal)
-    assert send is not None and nominal < send < nominal + timedelta(seconds=1800)
+    assert send is not None
+    assert nominal < send < nominal + timedelta(seconds=1800)
     task = task_of(HOURLY, jitter=1800.0, next_run=send, last_fire=nominal - timedelta(hours=1))
 
     early = plan_at(task, HOURLY, send - timedelta(microseconds=1))
@@ -161,7 +164,8 @@ def test_after_downtime_the_missed_count_and_the_newest_fire_use_nominal_times()
     missed = [e for e in result.entries if e.state == FireState.MISSED]
     hours = int((newest_sent - nominal) / timedelta(hours=1))
     if hours:
-        assert missed[0].fire_time == nominal and missed[0].fire_count == hours
+        assert missed[0].fire_time == nominal
+        assert missed[0].fire_count == hours
     following = newest_sent + timedelta(hours=1)
     assert result.update.next_run == jitter.due("report", 1800, HOURLY, following)
 
@@ -205,7 +209,8 @@ def test_a_new_or_edited_task_plans_its_first_send_time() -> None:
         T0 + timedelta(minutes=1),
         timer=HOURLY,
     )
-    assert edited.replan and edited.next_run == first
+    assert edited.replan
+    assert edited.next_run == first
 
 
 def test_a_jittered_next_run_is_not_reported_as_set_by_hand() -> None:

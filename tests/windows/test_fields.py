@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,11 @@ PARSED = [
     ("alert_after", "6h", "6h"),
     ("owner", "tenant:42", ("tenant", "42")),
     ("owner", "", None),
+    ("jitter", "", None),
+    ("jitter", "90", 90.0),
+    ("start_at", "", None),
+    ("start_at", "2027-01-01T09:00:00+01:00", datetime(2027, 1, 1, 8, tzinfo=timezone.utc)),
+    ("end_at", " 2027-01-01T08:00:00Z ", datetime(2027, 1, 1, 8, tzinfo=timezone.utc)),
 ]
 
 #: ``(field, text, what the message says)``.
@@ -87,6 +93,11 @@ REFUSED_TEXT = [
     ("alert_after", "x" * 33, "alert_after is longer than 32 characters"),
     ("description", "a\x00b", "description contains a NUL character"),
     ("name", "x" * 201, "name is longer than 200 characters"),
+    ("jitter", "-1", "jitter must be a number of seconds from 0 to 604800 (a week), got -1"),
+    ("jitter", "604801", "jitter must be from 0 to 604800 seconds (a week), got 604801"),
+    ("start_at", "tomorrow", "start_at must be an ISO-8601 instant with its offset"),
+    ("end_at", "2027-01-01 09:00", "end_at 2027-01-01T09:00:00 has no offset: add one"),
+    ("end_at", "0001-01-01T00:00:00Z", "end_at must be between the years 1971 and 9998"),
 ]
 
 #: ``(field, Python value, what the message says)``: what the API refuses.
@@ -101,6 +112,8 @@ REFUSED_VALUES = [
     ("tolerance", None, None),
     ("misfire_policy", None, "misfire_policy must be one of"),
     ("owner", ("", "1"), "owner type must be a non-empty string"),
+    ("start_at", datetime(2027, 1, 1), "start_at 2027-01-01T00:00:00 has no offset"),
+    ("end_at", 1700000000, "end_at must be an ISO-8601 instant with its offset"),
 ]
 
 

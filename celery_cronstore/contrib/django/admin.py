@@ -141,7 +141,21 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
         # loaded_version: hidden, the version the page was opened on (the store refuses
         # to save over a newer one).
         (None, {"fields": ("name", "task", "enabled", "description", "loaded_version")}),
-        ("Timer", {"fields": ("timer", "timer_kind", "tz", "max_runs", "jitter", "upcoming")}),
+        (
+            "Timer",
+            {
+                "fields": (
+                    "timer",
+                    "timer_kind",
+                    "tz",
+                    "start_at",
+                    "end_at",
+                    "max_runs",
+                    "jitter",
+                    "upcoming",
+                )
+            },
+        ),
         ("Arguments", {"fields": ("args", "kwargs", "options")}),
         (
             "Policies",

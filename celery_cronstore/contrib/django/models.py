@@ -94,6 +94,8 @@ class PeriodicTask(_ReadOnly):
     alert_after = models.CharField("alert after", max_length=32, null=True, blank=True)
     max_runs = models.IntegerField("max runs", null=True, blank=True)
     jitter = models.FloatField("jitter", null=True, blank=True)
+    start_at = models.DateTimeField("start at", null=True, blank=True)
+    end_at = models.DateTimeField("end at", null=True, blank=True)
 
     #: The newest ledger state, set on the rows of an admin list page (the read model).
     last_state: str | None = None
