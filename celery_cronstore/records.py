@@ -85,6 +85,13 @@ class PeriodicTask:
     #: No fire before / after these instants (``None``: unbounded; migration 0011).
     start_at: datetime | None = None
     end_at: datetime | None = None
+    #: Set while it is paused: when, by whom, why, until when (``None``: until resumed)
+    #: and what resuming does with the fires held back (``policy.pause``; migration 0012).
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    paused_note: str | None = None
+    paused_until: datetime | None = None
+    paused_resume: str = "skip"
 
     @property
     def owner(self) -> tuple[str, str] | None:

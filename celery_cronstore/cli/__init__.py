@@ -14,6 +14,7 @@ from celery_cronstore.cli import check as _check  # noqa: F401  (check)
 from celery_cronstore.cli import deployment as _deployment  # noqa: F401  (migrate, health)
 from celery_cronstore.cli import files as _files  # noqa: F401  (export, apply)
 from celery_cronstore.cli import fires as _fires  # noqa: F401  (next, history, run-now, backfill, ...)
+from celery_cronstore.cli import pause as _pause  # noqa: F401  (pause, resume)
 from celery_cronstore.cli import tasks as _tasks  # noqa: F401  (list, show, add, edit, ...)
 from celery_cronstore.cli import web as _web  # noqa: F401  (web)
 from celery_cronstore.cli.group import cronstore

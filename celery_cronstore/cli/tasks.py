@@ -231,6 +231,8 @@ def list_(
     rows = []
     for t in tasks:
         next_run = fmt_time(t.next_run, settings.zone) if t.enabled else "disabled"
+        if t.enabled and t.paused_at is not None:
+            next_run = "paused" + (f" to {next_run}" if t.paused_until else "")
         newest, h = healths[t.id]
         state = "error" if t.error else newest or "-"
         last_run = fmt_time(t.last_run, settings.zone)

@@ -181,6 +181,14 @@ def edit_plan(
     # A task that has run its max_runs plans nothing; raising the bound plans it again.
     bound = values.get("max_runs", task.max_runs)
     ended = bound is not None and task.total_run_count >= bound
+    if task.paused_at is not None and enabled:  # it stays paused: planned for its resume
+        return EditPlan(
+            replan=True,
+            next_run=task.paused_until,
+            missed=missed,
+            last_fire=last,
+            clear_error=task.error is not None,
+        )
     return EditPlan(
         replan=True,
         next_run=first_plan(

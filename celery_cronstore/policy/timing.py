@@ -50,6 +50,8 @@ def stray_next_run(task: PeriodicTask, now: datetime) -> str | None:
     """
     if task.max_runs is not None and task.total_run_count >= task.max_runs:
         return None  # its schedule has ended: no next run is as beat leaves it
+    if task.paused_at is not None:
+        return None  # paused: planned for its resume, or for none
     try:
         timer = timer_of(task)
         first = bounded(timer, timer.first_fire(now, task.last_fire), task.start_at, task.end_at)

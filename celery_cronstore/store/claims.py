@@ -49,6 +49,7 @@ from celery_cronstore.store.heartbeat import BeatHeartbeat
 from celery_cronstore.store.inflight import InFlight
 from celery_cronstore.store.look import PEEK_REUSE, Look
 from celery_cronstore.store.marks import Marks
+from celery_cronstore.store.pause import resume_in
 from celery_cronstore.store.peers import PeerGuard
 from celery_cronstore.store.refusal import SendCheck, timer_or_none
 from celery_cronstore.store.restore import Restored, restore
@@ -345,6 +346,13 @@ class Claimer:
         try:
             task = to_task(row)
             at = as_of(task, now)
+            if task.paused_at is not None:  # planned for its resume: resume it, or wait
+                if task.paused_until is None or task.paused_until > at:
+                    batch.items.append(Item(task, policy.Plan(policy.RowUpdate(task.paused_until))))
+                    return
+                row = resume_in(conn, task, at)
+                task = to_task(row)
+                logger.info("beat: periodic task %r resumed (its pause ended)", task.name)
             reason = self.problem(task, row)
             if reason is None:
                 planned = self._plan(conn, task, at)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 
-from celery_cronstore import fields
+from celery_cronstore import fields, policy
 from celery_cronstore.fields import TEXT_BYTES, FieldValueError, ForceableError, check_text
 from celery_cronstore.policy import bounds_problem, option_problems
 from celery_cronstore.records import Fire, PeriodicTask
@@ -23,6 +25,7 @@ __all__ = [
     "check_bounds",
     "check_text",
     "check_values",
+    "insert_entry",
     "json_problems",
     "owner_values",
     "refuse_past",
@@ -103,6 +106,11 @@ def to_task(row: sa.Row[Any]) -> PeriodicTask:
         jitter=m["jitter"],
         start_at=m["start_at"],
         end_at=m["end_at"],
+        paused_at=m["paused_at"],
+        paused_by=m["paused_by"],
+        paused_note=m["paused_note"],
+        paused_until=m["paused_until"],
+        paused_resume=m["paused_resume"],
     )
 
 
@@ -228,3 +236,9 @@ def check_bounds(start_at: datetime | None, end_at: datetime | None) -> None:
     problem = bounds_problem(start_at, end_at)
     if problem is not None:
         raise FieldValueError("end_at", problem)
+
+
+def insert_entry(conn: sa.Connection, entry: policy.Entry) -> None:
+    """Insert a ledger entry unless its fire is in the ledger already (any state)."""
+    with contextlib.suppress(IntegrityError), conn.begin_nested():
+        conn.execute(sa.insert(fire).values(**entry.row()))

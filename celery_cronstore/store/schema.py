@@ -65,6 +65,12 @@ periodic_task = sa.Table(
     # No fire before / after these instants; NULL: unbounded (migration 0011).
     sa.Column("start_at", UTCDateTime, nullable=True),
     sa.Column("end_at", UTCDateTime, nullable=True),
+    # Set while paused: when, by whom, why, until when, then what (migration 0012).
+    sa.Column("paused_at", UTCDateTime, nullable=True),
+    sa.Column("paused_by", sa.String(200), nullable=True),
+    sa.Column("paused_note", sa.Text, nullable=True),
+    sa.Column("paused_until", UTCDateTime, nullable=True),
+    sa.Column("paused_resume", sa.String(16), nullable=False, server_default="skip"),
     sa.Index("ix_cronstore_periodic_task_due", "enabled", "next_run"),
     sa.Index("ix_cronstore_periodic_task_owner", "owner_type", "owner_id"),
     sa.Index("ix_cronstore_periodic_task_task", "task"),

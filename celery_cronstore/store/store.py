@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import contextlib
 import copy
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,17 +23,19 @@ from celery_cronstore.records import PeriodicTask
 from celery_cronstore.store import audit, migrate
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.engine import Clock, Dialect, create_store_engine, redact
+from celery_cronstore.store.pause import StorePause
 from celery_cronstore.store.retire import StoreRetire
 from celery_cronstore.store.rows import (
     check_bounds,
     check_values,
+    insert_entry,
     owner_values,
     refuse_past,
     timer_key,
     timer_values,
     to_task,
 )
-from celery_cronstore.store.schema import VERSION_TABLE, fire, periodic_task
+from celery_cronstore.store.schema import VERSION_TABLE, periodic_task
 from celery_cronstore.store.seam import CallSeam, NullSeam, TaskSeam
 from celery_cronstore.store.state import StoreReads
 from celery_cronstore.timers import Timer, edit_kind, parse_timer
@@ -54,7 +55,7 @@ DEFAULT_URL = "sqlite:///celerybeat-cronstore.sqlite"
 _PT = periodic_task.c
 
 
-class Store(StoreRetire, StoreReads):
+class Store(StoreRetire, StoreReads, StorePause):
     """Periodic tasks and their fire ledger in one SQL database.
 
     Every method opens and closes its own short transaction and returns immutable
@@ -352,7 +353,7 @@ class Store(StoreRetire, StoreReads):
                 refuse_past(parsed, now)
         decided = policy.edit_plan(current, values, now, timer=parsed)
         if decided.missed is not None:
-            _record(conn, decided.missed)
+            insert_entry(conn, decided.missed)
         values.update(decided.values(), updated_at=now, version=_PT.version + 1)
         where = [_PT.id == current.id]
         if expected_version is not None:
@@ -403,9 +404,3 @@ def _updatable() -> frozenset[str]:
     fields of :mod:`celery_cronstore.fields`, read now) and ``source``."""
     timer = {"timer", "kind", "tz", "owner"}
     return frozenset({f.name for f in fields.table()} - timer | {"source"})
-
-
-def _record(conn: sa.Connection, entry: policy.Entry) -> None:
-    """Insert a ledger entry unless its fire is in the ledger already (any state)."""
-    with contextlib.suppress(IntegrityError), conn.begin_nested():
-        conn.execute(sa.insert(fire).values(**entry.row()))

@@ -37,6 +37,8 @@ COMMANDS = (
     "edit",
     "enable",
     "disable",
+    "pause",
+    "resume",
     "remove",
     "remove-owned-by",
     "next",

@@ -96,6 +96,11 @@ class PeriodicTask(_ReadOnly):
     jitter = models.FloatField("jitter", null=True, blank=True)
     start_at = models.DateTimeField("start at", null=True, blank=True)
     end_at = models.DateTimeField("end at", null=True, blank=True)
+    paused_at = models.DateTimeField("paused at", null=True, blank=True)
+    paused_by = models.CharField("paused by", max_length=200, null=True, blank=True)
+    paused_note = models.TextField("pause note", null=True, blank=True)
+    paused_until = models.DateTimeField("paused until", null=True, blank=True)
+    paused_resume = models.CharField("on resume", max_length=16, default="skip")
 
     #: The newest ledger state, set on the rows of an admin list page (the read model).
     last_state: str | None = None
