@@ -92,6 +92,8 @@ class PeriodicTask:
     paused_note: str | None = None
     paused_until: datetime | None = None
     paused_resume: str = "skip"
+    #: The exclusion calendars whose days it skips, comma-separated (``None``: none).
+    exclude: str | None = None
 
     @property
     def owner(self) -> tuple[str, str] | None:

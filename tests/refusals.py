@@ -88,6 +88,8 @@ REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
         "end_at",
         "end_at 2099-01-01T00:00:00+00:00 is not after start_at 2099-06-01T00:00:00+00:00",
     ),
+    ("unknown calendar", {"exclude": "nope"}, "exclude", "exclude names no calendar 'nope'"),
+    ("bad calendar name", {"exclude": "a b"}, "exclude", "'a b' is not a calendar name"),
     (
         "past end",
         {"end_at": "2020-01-01T00:00:00Z"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 from celery_cronstore.cli import adopt as _adopt  # noqa: F401  (import)
 from celery_cronstore.cli import alerts as _alerts  # noqa: F401  (alerts)
 from celery_cronstore.cli import audit as _audit  # noqa: F401  (audit)
+from celery_cronstore.cli import calendars as _calendars  # noqa: F401  (calendar ...)
 from celery_cronstore.cli import check as _check  # noqa: F401  (check)
 from celery_cronstore.cli import deployment as _deployment  # noqa: F401  (migrate, health)
 from celery_cronstore.cli import files as _files  # noqa: F401  (export, apply)

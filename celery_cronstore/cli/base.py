@@ -29,6 +29,7 @@ from celery_cronstore.errors import (
     TaskNotFoundError,
     TimerSyntaxError,
 )
+from celery_cronstore.policy.exclusions import ExclusionError
 from celery_cronstore.secrets import app_passwords, scrub
 from celery_cronstore.store import Store
 from celery_cronstore.timers.once import format_instant
@@ -138,6 +139,8 @@ def _describe(exc: BaseException) -> tuple[str, int]:
     """Return the message and exit status for an exception a command raised."""
     if isinstance(exc, TimerSyntaxError):
         return f"bad timer: {exc}", EXIT_BAD_INPUT
+    if isinstance(exc, ExclusionError):  # a bad calendar entry or name
+        return str(exc), EXIT_BAD_INPUT
     if isinstance(exc, (TaskNotFoundError, DuplicateTaskError)):
         return str(exc), EXIT_FAILED
     if isinstance(exc, SchemaVersionError):

@@ -31,6 +31,7 @@ from celery_cronstore.fields.values import (
     json_ready,
 )
 from celery_cronstore.policy.alerts import parse_alert_after
+from celery_cronstore.policy.exclusions import calendar_names
 from celery_cronstore.policy.jitter import jitter_problem
 from celery_cronstore.policy.messages import option_problems
 from celery_cronstore.records import ABANDON_POLICIES, MISFIRE_POLICIES, OVERLAP_POLICIES
@@ -285,6 +286,14 @@ def _alert_after(value: Any) -> str | None:
     return None
 
 
+def _exclude(value: Any) -> str | None:
+    try:
+        calendar_names(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _jitter(value: Any) -> str | None:
     return jitter_problem(value) if isinstance(value, (int, float)) else None
 
@@ -350,6 +359,10 @@ FIELDS: list[Field] = [
     Field("end_at", datetime, None, "No fire after this instant: then it plans no further "
           "fire and shows as ended (it stays enabled). Blank: no end.", label="End at",
           optional=True, group="timer", wants=_INSTANT),
+    Field("exclude", str, None, "Exclusion calendars whose days and windows it skips, by "
+          "name, separated by commas (cronstore calendar add ...); blank: none.",
+          label="Exclude", optional=True, max_chars=500, group="timer",
+          wants="calendar names separated by commas", extra=_exclude),
     Field("owner", tuple, None, "Owner as TYPE:ID (its removal removes the task).",
           optional=True, group="owner", entry=False, extra=_owner),
 ]  # fmt: skip

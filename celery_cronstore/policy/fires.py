@@ -9,7 +9,7 @@ must publish.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -18,6 +18,7 @@ from celery_cronstore.errors import TimerError
 from celery_cronstore.policy import jitter
 from celery_cronstore.policy.backlog import Backlog, backlog, choose
 from celery_cronstore.policy.bounds import bounded, walk_until
+from celery_cronstore.policy.exclusions import Calendar, calendar_names, excluded_by
 from celery_cronstore.policy.timing import interval_after
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
 from celery_cronstore.states import FireState
@@ -168,6 +169,7 @@ def plan(
     lease: timedelta,
     grace: timedelta,
     taken: frozenset[datetime] = frozenset(),
+    calendars: Mapping[str, Calendar] | None = None,
 ) -> Plan:
     """Decide what becomes of a due task at ``now``.
 
@@ -178,9 +180,11 @@ def plan(
     ``skip`` and ``running()`` (called only then) names a fire still in flight. The row's
     ``next_run`` moves to the first grid point after ``now``. Points at or before the
     row's ``last_fire`` and points in ``taken`` are already in the ledger: they are passed
-    over, never claimed twice.
+    over, never claimed twice. A fire an exclusion calendar of the task covers
+    (``calendars``, by name) is recorded ``skipped`` with the calendar's reason.
     """
     left = runs_left(task)
+    excludes = calendar_names(task.exclude)
     if left == 0:  # max_runs reached: the schedule has ended (an edit raising it re-plans)
         return Plan(RowUpdate(next_run=None))
     if task.next_run is None or task.next_run == EPOCH:
@@ -222,7 +226,10 @@ def plan(
             claimed_at=now,
         )
         late = now - (_due(task, timer, when) or when)
-        if task.start_deadline is not None and late > timedelta(seconds=task.start_deadline):
+        excluded = excluded_by(excludes, calendars or {}, when, task.tz) if excludes else None
+        if excluded is not None:
+            entries.append(_refused(claimed, FireState.SKIPPED, f"not published: {excluded}"))
+        elif task.start_deadline is not None and late > timedelta(seconds=task.start_deadline):
             entries.append(
                 _refused(
                     claimed,

@@ -41,10 +41,12 @@ from celery_cronstore.errors import (
     TimerError,
     TimerSearchError,
 )
+from celery_cronstore.policy.exclusions import Calendar, ExclusionError
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
 from celery_cronstore.states import IN_FLIGHT, FireState
 from celery_cronstore.store import audit, idle
 from celery_cronstore.store.batch import Batch, Conflict, Item, as_of, write_ledger, write_rows
+from celery_cronstore.store.calendars import Calendars
 from celery_cronstore.store.heartbeat import BeatHeartbeat
 from celery_cronstore.store.inflight import InFlight
 from celery_cronstore.store.look import PEEK_REUSE, Look
@@ -137,6 +139,8 @@ class Claimer:
             start_timeout=start_timeout,
             max_redeliveries=max_redeliveries,
         )
+        #: The exclusion calendars of the claim transaction under way (read when needed).
+        self._calendar_cache: dict[str, Calendar] | None = None
 
     # -- the parts' work, under the names beat and the tests call ----------------------------
 
@@ -306,6 +310,7 @@ class Claimer:
             return int(result.rowcount)
 
     def _claim_batch(self, ahead: timedelta) -> TickResult:
+        self._calendar_cache = None  # a calendar edited since the last batch counts now
         with self.db.begin() as conn:
             now = self.db.now(conn)
             query = (
@@ -339,7 +344,14 @@ class Claimer:
             lease=self.lease,
             grace=self.misfire_grace,
             taken=taken,
+            calendars=self._calendars(conn) if task.exclude else None,
         )
+
+    def _calendars(self, conn: sa.Connection) -> dict[str, Calendar]:
+        """The exclusion calendars, read once per claim transaction that needs them."""
+        if self._calendar_cache is None:
+            self._calendar_cache = Calendars(self.db, self.store.actor).load(conn)
+        return self._calendar_cache
 
     def _plan_row(self, conn: sa.Connection, row: sa.Row[Any], now: datetime, batch: Batch) -> None:
         """Plan one due row; whatever is wrong with it, only this row is affected."""
@@ -372,7 +384,7 @@ class Claimer:
                 batch.items.append(Item(task, past))
                 return
             reason = str(exc)
-        except TimerError as exc:
+        except (TimerError, ExclusionError) as exc:
             reason = str(exc)
         except Exception as exc:  # one hostile row must never stop every other task
             logger.warning("beat: cannot plan periodic task row %r", row.id, exc_info=True)

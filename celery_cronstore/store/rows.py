@@ -111,6 +111,7 @@ def to_task(row: sa.Row[Any]) -> PeriodicTask:
         paused_note=m["paused_note"],
         paused_until=m["paused_until"],
         paused_resume=m["paused_resume"],
+        exclude=m["exclude"],
     )
 
 

@@ -71,6 +71,8 @@ periodic_task = sa.Table(
     sa.Column("paused_note", sa.Text, nullable=True),
     sa.Column("paused_until", UTCDateTime, nullable=True),
     sa.Column("paused_resume", sa.String(16), nullable=False, server_default="skip"),
+    # The exclusion calendars it skips, by name, comma-separated (migration 0013).
+    sa.Column("exclude", sa.String(500), nullable=True),
     sa.Index("ix_cronstore_periodic_task_due", "enabled", "next_run"),
     sa.Index("ix_cronstore_periodic_task_owner", "owner_type", "owner_id"),
     sa.Index("ix_cronstore_periodic_task_task", "task"),
@@ -158,6 +160,20 @@ alert = sa.Table(
 )
 
 #: Who changed what, from which window, when (migration 0007).
+#: Exclusion calendars (``policy.exclusions``; migration 0013): days, spans and windows
+#: (a JSON list of entries) and a country's or region's public holidays.
+calendar = sa.Table(
+    "cronstore_calendar",
+    metadata,
+    sa.Column("id", _BigId, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("entries", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("holidays", sa.String(16), nullable=True),
+    sa.Column("description", sa.Text, nullable=False, server_default=""),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint("name", name="uq_cronstore_calendar_name"),
+)
+
 audit = sa.Table(
     "cronstore_audit",
     metadata,

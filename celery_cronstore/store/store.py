@@ -21,6 +21,7 @@ from celery_cronstore.errors import (
 from celery_cronstore.fields import ForceableError
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.store import audit, migrate
+from celery_cronstore.store.calendars import Calendars
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.engine import Clock, Dialect, create_store_engine, redact
 from celery_cronstore.store.pause import StorePause
@@ -108,6 +109,11 @@ class Store(StoreRetire, StoreReads, StorePause):
         # The app's own name is often not importable: name what -A was given, if known.
         kwargs.setdefault("app_name", migrate.app_argument())
         return cls(config.url, **config.engine_options, **kwargs)
+
+    @property
+    def calendars(self) -> Calendars:
+        """The exclusion calendars (:class:`~celery_cronstore.store.calendars.Calendars`)."""
+        return Calendars(self.db, self.actor)
 
     @property
     def engine(self) -> sa.Engine:
@@ -217,6 +223,7 @@ class Store(StoreRetire, StoreReads, StorePause):
         jitter: float | None = None,
         start_at: datetime | None = None,
         end_at: datetime | None = None,
+        exclude: str | None = None,
         force: bool = True,
         **more: Any,
     ) -> PeriodicTask:
@@ -256,6 +263,7 @@ class Store(StoreRetire, StoreReads, StorePause):
                 "jitter": jitter,
                 "start_at": start_at,
                 "end_at": end_at,
+                "exclude": exclude,
                 "tolerance": tolerance,
                 "max_retries": max_retries,
                 "source": source,
@@ -267,6 +275,7 @@ class Store(StoreRetire, StoreReads, StorePause):
         check_bounds(values["start_at"], values["end_at"])
         self._check_task(task, list(args), kwargs or {}, registered=not force)
         with self.begin() as conn:
+            self.calendars.check_names(conn, values["exclude"])
             now = self.now(conn)
             if not force:
                 refuse_past(parsed, now, values["end_at"])
@@ -326,6 +335,8 @@ class Store(StoreRetire, StoreReads, StorePause):
         if owner is not ...:
             values.update(owner_values(owner))
         current = to_task(self._row(conn, name, lock=True))
+        if values.get("exclude"):
+            self.calendars.check_names(conn, values["exclude"])
         check_bounds(values.get("start_at", current.start_at), values.get("end_at", current.end_at))
         if {"task", "args", "kwargs"} & set(changes):
             self._check_task(

@@ -87,6 +87,7 @@ def cli_generators() -> dict[str, Callable[[], str]]:
     generators = {"cli-group": one()}
     for command in COMMANDS:
         generators[f"cli-{command}"] = one(command)
+    generators["cli-calendar-add"] = one("calendar", "add")
     return generators
 
 

@@ -101,6 +101,7 @@ class PeriodicTask(_ReadOnly):
     paused_note = models.TextField("pause note", null=True, blank=True)
     paused_until = models.DateTimeField("paused until", null=True, blank=True)
     paused_resume = models.CharField("on resume", max_length=16, default="skip")
+    exclude = models.CharField("exclude", max_length=500, null=True, blank=True)
 
     #: The newest ledger state, set on the rows of an admin list page (the read model).
     last_state: str | None = None
