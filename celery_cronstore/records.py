@@ -30,7 +30,7 @@ __all__ = [
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 MISFIRE_POLICIES = ("run_once", "run_all", "skip")
-OVERLAP_POLICIES = ("allow", "skip")
+OVERLAP_POLICIES = ("allow", "skip", "buffer_one", "replace")
 #: What becomes of a started fire whose worker went silent: ``leave`` it ``abandoned``, or
 #: ``rerun`` it (published again once, under the same task id).
 ABANDON_POLICIES = ("leave", "rerun")

@@ -19,6 +19,7 @@ __all__ = [
     "FIRE_STATES",
     "IN_FLIGHT",
     "NOT_RUN",
+    "OVERLAPPING",
     "PROBLEM_STATES",
     "REFUSALS",
     "STARTABLE",
@@ -31,6 +32,8 @@ __all__ = [
 class FireState(str, Enum):
     """Enumerate the states of a fire; each value is the string stored in the ledger."""
 
+    #: Claimed, held back until the task's running fire ends (overlap policy buffer_one).
+    BUFFERED = "buffered"
     #: Beat committed the claim and is publishing it.
     CLAIMED = "claimed"
     #: Beat is handing it to the broker right now (written just before, for a fire a
@@ -60,6 +63,8 @@ class FireState(str, Enum):
     ABANDONED = "abandoned"
     #: Published, never started, not sent again (its message was lost).
     LOST = "lost"
+    #: Ended (revoked, terminated where the pool can) for a newer fire: overlap ``replace``.
+    REPLACED = "replaced"
 
     # Python 3.10 has no StrEnum, and before 3.12 a mixed-in Enum formats as its name in
     # some paths: both return the stored value so f-strings, logs and drivers see it.
@@ -78,7 +83,13 @@ FIRE_STATES: tuple[FireState, ...] = tuple(FireState)
 #: A fire some process still acts on: claimed (about to be published) or running on a
 #: worker. Beat's overlap policy ``skip`` holds back a new fire while one is in flight,
 #: and retention never prunes one (``published`` is kept only with a start lease).
-IN_FLIGHT = (FireState.CLAIMED, FireState.SENDING, FireState.STARTED, FireState.RETRYING)
+IN_FLIGHT = (
+    FireState.BUFFERED,
+    FireState.CLAIMED,
+    FireState.SENDING,
+    FireState.STARTED,
+    FireState.RETRYING,
+)
 
 #: Claimed or published but not started: a delivery in one of these may still start.
 STARTABLE = (FireState.CLAIMED, FireState.SENDING, FireState.PUBLISHED)
@@ -119,6 +130,9 @@ BAD_ENDS = (
 
 #: The fire did not run (drawn on the lateness chart's bottom line, no lateness).
 NOT_RUN = frozenset({FireState.MISSED, FireState.EXPIRED, FireState.DROPPED, FireState.SKIPPED})
+
+#: The overlap policies that ask whether a previous fire is still in flight.
+OVERLAPPING = ("skip", "buffer_one", "replace")
 
 #: What a beat records for the fires it handles: its metric's fixed label set.
 BEAT_OUTCOMES = (

@@ -39,6 +39,10 @@ __all__ = [
 
 logger = logging.getLogger("celery.beat")
 
+#: How often (seconds) beat looks whether a buffered fire's predecessor has ended
+#: (overlap policy buffer_one), while one waits.
+BUFFER_POLL = 1.0
+
 #: Shortest and longest wait (seconds) when every due row is locked by another process.
 LOCKED_BACKOFF = (0.05, 0.2)
 #: Seconds between retries early in a database outage, and how long (seconds) that lasts
@@ -152,6 +156,9 @@ class Loop:
         #: wait while every due row is locked by someone else.
         self._stalled_since: datetime | None = None
         self._locked_out = 0.0
+        #: Whether buffered fires wait for their predecessor (overlap policy buffer_one):
+        #: beat then looks every BUFFER_POLL seconds. True at start: one look finds out.
+        self._buffered = True
         #: The stall as a scrape sees it, even while a tick is blocked (``beat.stall``).
         self.stall = Stall()
         self._watchdog: Watchdog | None = None
@@ -235,14 +242,13 @@ class Loop:
             looked_at, looked = datetime.now(timezone.utc), time.monotonic()
         lead = held.lead(now, earliest)
         ahead = timedelta(seconds=lead)
-        if earliest is None or earliest > now + ahead:
+        idle = earliest is None or earliest > now + ahead
+        poll = self.config.poll_interval
+        wait = poll if earliest is None else (earliest - now).total_seconds() - lead
+        idle_wait = max(0.0, min(poll, wait, held.wait()))
+        if idle and not self._buffered:
             self._progress(None)
-            wait = (
-                self.config.poll_interval
-                if earliest is None
-                else (earliest - now).total_seconds() - lead
-            )
-            return max(0.0, min(self.config.poll_interval, wait, held.wait()))
+            return idle_wait
         if not held.claim_fits():
             return held.wait()  # a fire taken ahead first; claim after it
         self._restore_if_needed()
@@ -252,6 +258,8 @@ class Loop:
         result = claimer.claim_due(ahead)
         held.timed_claim(result.rows, time.monotonic() - began)
         sender.report(result.errors)
+        sender.revoke(result.revoke)
+        self._buffered = result.buffered > 0 or (result.conflict and self._buffered)
         if self.metrics is not None:
             self.metrics.claimed(result)
         faults.hit("after_claim")
@@ -268,6 +276,9 @@ class Loop:
         if result.rows:
             self._progress(None)
             return 0.0  # more may be due: look again at once
+        if idle:  # only buffered fires looked after: look again soon while one waits
+            self._progress(None)
+            return min(BUFFER_POLL, idle_wait) if self._buffered else idle_wait
         # Due rows exist but another process holds every one of them (a beat mid-claim,
         # or frozen until its session is cut off): wait a little instead of spinning.
         self._progress(now)

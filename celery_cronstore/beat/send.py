@@ -266,6 +266,23 @@ class Sender:
         task id, when they are marked later than that)."""
         self.claimer.mark_published(claims, ago=ago)
 
+    def revoke(self, task_ids: list[str]) -> None:
+        """Revoke the fires a newer one replaced (overlap policy ``replace``): workers
+        discard them unstarted and terminate them where the pool can (prefork). Their
+        ledger rows say ``replaced`` already; a failed broadcast is logged, not retried.
+        Where the pool cannot terminate (threads, solo, gevent), a CronTask run of a
+        replaced fire sees its ``checkpoint()`` return False and may stop there."""
+        if not task_ids:
+            return
+        try:
+            self.app.control.revoke(task_ids, terminate=True, signal="SIGTERM")
+        except Exception as exc:  # the broker is away: the rows say replaced all the same
+            logger.warning(
+                "beat: could not revoke replaced fires %s: %s", task_ids, self.scrub(exc)
+            )
+        else:
+            logger.info("beat: revoked replaced fire(s) %s", ", ".join(task_ids))
+
     def report(self, errors: list[tuple[str, str]]) -> None:
         """Log each (periodic task, reason) put in error, once per process."""
         for item in errors:

@@ -46,7 +46,7 @@ def add(
     parsed = store.calendars.add(
         name, entries=list(entries), holidays=holidays, description=description, replace=replace
     )
-    _report(ctx, "replaced" if replace else "added", parsed)
+    _report(ctx, "updated" if replace else "added", parsed)
 
 
 @calendar.command(name="list", cls=Command)

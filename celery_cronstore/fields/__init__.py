@@ -329,8 +329,10 @@ FIELDS: list[Field] = [
           choices=MISFIRE_POLICIES),
     Field("misfire_limit", int, 100, "Most missed fires run_all sends.", minimum=1,
           wants="a whole number of at least 1"),
-    Field("overlap_policy", str, "allow", "allow, or skip: no fire while the previous one "
-          "still runs.", choices=OVERLAP_POLICIES),
+    Field("overlap_policy", str, "allow", "While the previous fire still runs: allow sends "
+          "the new one too, skip records it skipped, buffer_one holds one back and sends it "
+          "when the previous ends, replace ends the previous (revoked) and sends the new.",
+          choices=OVERLAP_POLICIES),
     Field("start_deadline", float, None, "Seconds late a fire may start.", optional=True,
           minimum=0, wants=_SECONDS),
     Field("abandon_policy", str, "leave", "A started fire whose worker went silent: leave "

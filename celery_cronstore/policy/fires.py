@@ -21,7 +21,7 @@ from celery_cronstore.policy.bounds import bounded, walk_until
 from celery_cronstore.policy.exclusions import Calendar, calendar_names, excluded_by
 from celery_cronstore.policy.timing import interval_after
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
-from celery_cronstore.states import FireState
+from celery_cronstore.states import OVERLAPPING, FireState
 from celery_cronstore.timers import Timer
 
 __all__ = [
@@ -97,11 +97,14 @@ class RowUpdate:
 
 @dataclass(frozen=True)
 class Plan:
-    """What one due task comes to: ledger entries, the row update and the claims."""
+    """What one due task comes to: ledger entries, the row update and the claims, and
+    (overlap policy ``replace``) the fires in flight that a new one ends: (fire time,
+    reason) each, recorded ``replaced`` and revoked."""
 
     update: RowUpdate
     entries: list[Entry] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
+    replaces: list[tuple[datetime, str]] = field(default_factory=list)
 
 
 def missed_entry(
@@ -214,7 +217,12 @@ def plan(
             missed_entry(task, walk.first, last_missed, missed, why, node=node, exact=walk.exact)
         )
     # The in-flight read runs only when a fire could be published, and at most once.
-    busy = _once(running) if task.overlap_policy == "skip" else _nothing
+    busy = _once(running) if task.overlap_policy in OVERLAPPING else _nothing
+    if task.overlap_policy == "replace" and len(publish) > 1:  # only the newest is sent
+        entries.extend(_superseded(task, publish[:-1], node))
+        publish = publish[-1:]
+    buffered = False
+    replaces: list[tuple[datetime, str]] = []
     for when in publish:
         claimed = Entry(
             periodic_task_id=task.id,
@@ -238,22 +246,26 @@ def plan(
                     f"deadline of {task.start_deadline:g}s",
                 )
             )
-        elif (held := busy()) is not None:
-            entries.append(
-                _refused(
-                    claimed,
-                    FireState.SKIPPED,
-                    f"not published: fire {held[0].isoformat()} is still {held[1]} "
-                    "(overlap policy skip)",
-                )
-            )
+        elif (held := busy()) is not None and task.overlap_policy != "replace":
+            if task.overlap_policy == "skip":
+                why = f"fire {held[0].isoformat()} is still {held[1]} (overlap policy skip)"
+                entries.append(_refused(claimed, FireState.SKIPPED, f"not published: {why}"))
+            elif not buffered and held[1] != FireState.BUFFERED:
+                buffered = True
+                entries.append(_buffer(claimed, held))
+            else:
+                why = "a fire is already buffered (overlap policy buffer_one)"
+                entries.append(_refused(claimed, FireState.SKIPPED, f"not published: {why}"))
         else:
+            if held is not None:  # overlap policy replace: the new fire ends the old one
+                why = f"replaced by fire {when.isoformat()} (overlap policy replace)"
+                replaces.append((held[0], why))
             entries.append(claimed)
             claims.append(make_claim(task, when, claimed.task_id, claimed.attempts, timer))
     ended = left is not None and len(claims) >= left
     following = None if ended else _due(task, timer, _bounded(task, timer, walk.following))
     update = RowUpdate(next_run=following, last_fire=walk.tail[-1], runs=len(claims))
-    return Plan(update, entries, claims)
+    return Plan(update, entries, claims, replaces)
 
 
 def _bounded(task: PeriodicTask, timer: Timer, when: datetime | None) -> datetime | None:
@@ -359,6 +371,30 @@ def _once(read: Callable[[], Running | None]) -> Callable[[], Running | None]:
 
 def _nothing() -> Running | None:
     return None
+
+
+def _buffer(claimed: Entry, held: Running) -> Entry:
+    """The entry of a fire held back until ``held`` ends (overlap policy buffer_one)."""
+    reason = (
+        f"waiting for fire {held[0].isoformat()} ({held[1]}) to end (overlap policy buffer_one)"
+    )
+    return replace(claimed, state=FireState.BUFFERED, lease_until=None, reason=reason)
+
+
+def _superseded(task: PeriodicTask, times: list[datetime], node: str) -> list[Entry]:
+    """Entries of due fires a newer one due with them replaces before they are sent."""
+    return [
+        Entry(
+            periodic_task_id=task.id,
+            fire_time=when,
+            task_id=fire_task_id(task.id, task.name, when),
+            state=FireState.SKIPPED,
+            claimed_by=node,
+            attempts=0,
+            reason="not published: a newer fire was due with it (overlap policy replace)",
+        )
+        for when in times
+    ]
 
 
 def _refused(entry: Entry, state: str, reason: str) -> Entry:

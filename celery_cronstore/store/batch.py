@@ -93,6 +93,13 @@ class Batch:
         rows.extend((e.state, name, e.fire_count) for name, e in self.failed_entries)
         return rows
 
+    def replaced(self) -> list[tuple[int, str, datetime, str]]:
+        """Return (task id, name, fire time, reason) of the fires in flight the plans end
+        (overlap policy ``replace``)."""
+        return [
+            (i.task.id, i.task.name, when, why) for i in self.items for when, why in i.plan.replaces
+        ]
+
     def claims(self) -> list[Claim]:
         """Return the claims in fire-time order (a task's backlog may span other tasks')."""
         claims = [claim for item in self.items for claim in item.plan.claims]

@@ -43,7 +43,7 @@ from celery_cronstore.errors import (
 )
 from celery_cronstore.policy.exclusions import Calendar, ExclusionError
 from celery_cronstore.records import EPOCH, Claim, PeriodicTask
-from celery_cronstore.states import IN_FLIGHT, FireState
+from celery_cronstore.states import FireState
 from celery_cronstore.store import audit, idle
 from celery_cronstore.store.batch import Batch, Conflict, Item, as_of, write_ledger, write_rows
 from celery_cronstore.store.calendars import Calendars
@@ -51,6 +51,7 @@ from celery_cronstore.store.heartbeat import BeatHeartbeat
 from celery_cronstore.store.inflight import InFlight
 from celery_cronstore.store.look import PEEK_REUSE, Look
 from celery_cronstore.store.marks import Marks
+from celery_cronstore.store.overlap import mark_replaced, release_buffered, running
 from celery_cronstore.store.pause import resume_in
 from celery_cronstore.store.peers import PeerGuard
 from celery_cronstore.store.refusal import SendCheck, timer_or_none
@@ -81,6 +82,10 @@ class TickResult:
     recorded: list[tuple[str, str, int]] = field(default_factory=list)
     #: Whether the batch lost a race and was rolled back (it is retried at once).
     conflict: bool = False
+    #: Celery task ids of fires a newer one replaced (overlap policy ``replace``): revoke.
+    revoke: list[str] = field(default_factory=list)
+    #: Buffered fires still waiting for the fire before them (overlap ``buffer_one``).
+    buffered: int = 0
 
 
 class Claimer:
@@ -325,8 +330,15 @@ class Claimer:
                 self._plan_row(conn, row, now, batch)
             write_ledger(conn, batch, now, self._plan)
             write_rows(conn, batch)
+            revoke = mark_replaced(conn, batch.replaced(), now)
+            released, waiting = release_buffered(
+                self.db, conn, now, node=self.node, lease=self.lease
+            )
             faults.hit("before_claim_commit")
-        return TickResult(now, batch.claims(), len(rows), batch.errors, batch.recorded())
+        claims = sorted(batch.claims() + released, key=lambda c: c.fire_time)
+        return TickResult(
+            now, claims, len(rows), batch.errors, batch.recorded(), revoke=revoke, buffered=waiting
+        )
 
     def _plan(
         self,
@@ -339,7 +351,7 @@ class Claimer:
             task,
             policy.timer_of(task),
             now,
-            lambda: self._running(conn, task.id, now),
+            lambda: running(conn, task.id, now, published=task.overlap_policy in _WATCHING),
             node=self.node,
             lease=self.lease,
             grace=self.misfire_grace,
@@ -391,20 +403,9 @@ class Claimer:
             reason = f"cannot plan this row ({type(exc).__name__}: {exc})"
         batch.fail(row, reason, self.node)
 
-    def _running(self, conn: sa.Connection, task_id: int, now: datetime) -> policy.Running | None:
-        # A started fire counts while its worker's heartbeats keep its lease ahead of now
-        # (a lapsed one is about to be recorded abandoned); a claimed one until published.
-        query = sa.select(_F.fire_time, _F.state).where(
-            _F.periodic_task_id == task_id,
-            _F.state.in_(IN_FLIGHT),
-            sa.or_(_F.state == FireState.CLAIMED, _F.lease_until > now),
-        )
-        # No ORDER BY ... LIMIT 1: to skip the sort, planners walk the task's whole history
-        # in the (periodic_task_id, fire_time) key. A task has few fires in flight: read
-        # them all from ix_cronstore_fire_task_state and keep the newest.
-        rows = conn.execute(query).all()
-        return max(((r.fire_time, r.state) for r in rows), default=None)
 
+#: The overlap policies for which a published fire waiting for its start is in flight.
+_WATCHING = ("buffer_one", "replace")
 
 #: How each database says a transaction was chosen as a deadlock's victim.
 _DEADLOCK = ("Deadlock found when trying to get lock", "deadlock detected")

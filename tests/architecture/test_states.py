@@ -33,6 +33,8 @@ STORED = {
     "expired",
     "abandoned",
     "lost",
+    "buffered",
+    "replaced",
 }
 
 #: String constants equal to a state value that do not mean a fire state, with why.
