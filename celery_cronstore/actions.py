@@ -11,7 +11,7 @@ from typing import Any
 from celery_cronstore.catalog import TaskCatalog
 from celery_cronstore.config import FIRE_VARIABLE, Config
 from celery_cronstore.errors import CronstoreError
-from celery_cronstore.policy.backfill import DEFAULT_RATE, BackfillError, RangeError, offset
+from celery_cronstore.policy.backfill import DEFAULT_RATE, RangeError, offset
 from celery_cronstore.policy.health import OFF_SWITCH
 from celery_cronstore.records import Claim
 from celery_cronstore.store import Claimer, Store
@@ -149,9 +149,7 @@ def backfill(
     claim nothing and report the fire times it would claim.
 
     Refused before anything is claimed, as :func:`run_now` is: firing off
-    (:class:`FiringOffError`), a disabled task (:class:`DisabledTaskError`), a task the
-    app knows as a CronTask (its guard drops a fire older than one that started, so a
-    backfilled fire would be recorded dropped, not run), and what
+    (:class:`FiringOffError`), a disabled task (:class:`DisabledTaskError`), and what
     :func:`celery_cronstore.store.backfill.claim_range` refuses. A publish that fails
     raises :class:`CronstoreError`: that claim and the ones after it stay in the ledger,
     and a running beat publishes them as their leases run out.
@@ -169,15 +167,6 @@ def backfill(
         raise DisabledTaskError(
             f"periodic task {name!r} is disabled: enable it first (the worker's guard drops "
             "the fires of a disabled task), then backfill it"
-        )
-    if getattr(app.tasks.get(record.task), "cronstore_guarded", False):
-        # Its guard would record each one dropped: "superseded" behind a fire that already
-        # started, "early" within an interval of the last run. Say so instead of "sent".
-        raise BackfillError(
-            f"periodic task {name!r} runs {record.task!r}, a CronTask: its guard drops a fire "
-            "older than one that already started (superseded) or one starting within an "
-            "interval of the last run (early), so backfilled fires would be recorded dropped, "
-            "not run; backfill sends the fires of plain tasks"
         )
     for what, instant in (("start", start), ("end", end)):
         if instant is not None and (instant.tzinfo is None or instant.utcoffset() is None):

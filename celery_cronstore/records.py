@@ -154,6 +154,10 @@ class Claim:
     interval: float | None = None
     #: When it is sent, if later than ``fire_time`` (the task's jitter delays it).
     due: datetime | None = None
+    #: Asked for by hand, outside the schedule's own order: ``run-now`` or ``backfill``
+    #: (its message says so; the CronTask guard then neither drops it as early or
+    #: superseded nor moves the task's ``last_run`` with it).
+    requested: str | None = None
 
     @property
     def send_at(self) -> datetime:

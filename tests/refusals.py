@@ -61,7 +61,7 @@ REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
         "unknown policy",
         {"overlap_policy": "never"},
         "overlap_policy",
-        "overlap_policy must be one of ('allow', 'skip'), got 'never'",
+        "overlap_policy must be one of ('allow', 'skip', 'buffer_one', 'replace'), got 'never'",
     ),
     ("unknown option", {"options": {"bogus": 1}}, "options", "unknown Celery option(s) bogus"),
     (

@@ -58,7 +58,7 @@ def pause(ctx: click.Context, name: str, note: str, until: str | None, then: str
     "--skip",
     "mode",
     flag_value="skip",
-    help="Send none of the fires the pause held back (record them missed).",
+    help="Send none of the fires the pause held back (record them skipped).",
 )
 @click.option(
     "--newest",

@@ -35,7 +35,7 @@ waiting its turn.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from celery_cronstore.errors import CronstoreError, TimerSyntaxError
@@ -241,7 +241,9 @@ def plan_backfill(
             lease_until=now + lease + timedelta(seconds=turn),
             claimed_at=now,
         )
-        claim = make_claim(task, point, entry.task_id, entry.attempts, timer)
+        claim = replace(
+            make_claim(task, point, entry.task_id, entry.attempts, timer), requested="backfill"
+        )
         if claim.expires is not None and claim.expires <= now + timedelta(seconds=turn):
             late.append(point)
         entries.append(entry)

@@ -17,6 +17,7 @@ __all__ = [
     "H_FIRE",
     "H_INTERVAL",
     "H_NAME",
+    "H_REQUESTED",
     "MESSAGE_SERIALIZER",
     "OPTION_KEYS",
     "RESERVED_HEADERS",
@@ -30,6 +31,8 @@ __all__ = [
 H_NAME = "cronstore_name"
 H_FIRE = "cronstore_fire_time"
 H_INTERVAL = "cronstore_interval"
+#: A fire asked for by hand (``run-now``, ``backfill``): see :attr:`Claim.requested`.
+H_REQUESTED = "cronstore_requested"
 
 #: Celery options a periodic task row may set.
 OPTION_KEYS = frozenset(
@@ -230,6 +233,8 @@ def message_options(claim: Claim, *, guarded: bool) -> dict[str, Any]:
             H_INTERVAL: claim.interval,
         }
     )
+    if claim.requested is not None:
+        headers[H_REQUESTED] = claim.requested
     options["headers"] = headers
     # JSON only, whatever task_serializer says: nothing beat sends can need pickle (args
     # come from JSON columns) and a worker must never have to accept it for our messages.

@@ -8,10 +8,11 @@ why and until when are kept on the row and shown in every window.
 Resuming chooses what becomes of the fires the pause held back (``resume``, chosen when
 pausing and changeable when resuming):
 
-- ``skip`` (the default): none is sent; they are recorded ``missed`` with the pause's
-  note, and the task fires from its next grid point after now;
+- ``skip`` (the default): none is sent; they are recorded ``skipped`` (on purpose: not
+  a bad end, so no alert counts them) with the pause's note, and the task fires from its
+  next grid point after now;
 - ``newest``: the newest of them is planned as due now, and the older ones are recorded
-  ``missed``. Beat then sends it under the task's own policies, like a fire late after
+  ``skipped``. Beat then sends it under the task's own policies, like a fire late after
   downtime: misfire policy ``skip`` or a passed ``start_deadline`` still refuse it.
 
 A fire already published when the pause commits still runs (unlike ``disable``, whose
@@ -21,7 +22,7 @@ pause do. Hand-written: the rules are the scheduler's own; there is nothing to r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from celery_cronstore.policy.backlog import backlog
@@ -29,9 +30,18 @@ from celery_cronstore.policy.bounds import bounded, walk_until
 from celery_cronstore.policy.edit import first_plan
 from celery_cronstore.policy.fires import Entry, missed_entry
 from celery_cronstore.records import PeriodicTask
+from celery_cronstore.states import FireState
 from celery_cronstore.timers import Timer
 
-__all__ = ["NOTE_CHARS", "RESUMES", "Resumed", "pause_problem", "paused_text", "resume_plan"]
+__all__ = [
+    "NOTE_CHARS",
+    "RESUMES",
+    "Resumed",
+    "held_back",
+    "pause_problem",
+    "paused_text",
+    "resume_plan",
+]
 
 #: What resuming does with the fires the pause held back (see the module docstring).
 RESUMES = ("skip", "newest")
@@ -95,11 +105,20 @@ def resume_plan(task: PeriodicTask, timer: Timer, now: datetime, mode: str) -> R
         if walk.count == 1:
             return Resumed(None, newest, task.last_fire)
         older = walk.tail[-2]
-        entry = missed_entry(task, walk.first, older, walk.count - 1, why, exact=walk.exact)
+        entry = held_back(task, walk.first, older, walk.count - 1, why, exact=walk.exact)
         return Resumed(entry, newest, older)
     last = walk.tail[-1]
-    entry = missed_entry(task, walk.first, last, walk.count, why, exact=walk.exact)
+    entry = held_back(task, walk.first, last, walk.count, why, exact=walk.exact)
     return Resumed(entry, _plan(task, timer, now, last), last)
+
+
+def held_back(
+    task: PeriodicTask, first: datetime, last: datetime, count: int, why: str, *, exact: bool
+) -> Entry:
+    """The one ledger entry of ``count`` fires a pause held back: ``skipped`` (on purpose,
+    as the overlap policy's), one row for the run from ``first`` to ``last``."""
+    entry = missed_entry(task, first, last, count, why, exact=exact)
+    return replace(entry, state=FireState.SKIPPED)
 
 
 def _plan(

@@ -12,7 +12,8 @@ In order, first match wins:
 3. the task is disabled: **dropped**;
 4. later than the task's ``start_deadline`` after its fire time: **expired**;
 5. overlap policy ``skip`` and a predecessor still running: **skipped**;
-6. a later fire of the task already started: **dropped** (superseded);
+6. a later fire of the task already started: **dropped** (superseded), unless the fire
+   was asked for by hand (``requested``: run-now, backfill);
 7. ``now < last_run + gap - tolerance - jitter`` (``gap``: from the previous fire to this
    one, at most the interval to the next; ``jitter``: the task's, as two delayed fires
    may start that much closer): **dropped** (early) — except under misfire policy
@@ -20,7 +21,7 @@ In order, first match wins:
    (the early rule is for accidental bunching; the time box still applies to each run),
    and except for a re-run of a fire whose worker went silent (``reruns > 0``: the
    ``last_run`` it would be judged against is its own first start; see
-   :mod:`~celery_cronstore.policy.abandon`);
+   :mod:`~celery_cronstore.policy.abandon`), and except for a fire asked for by hand;
 8. otherwise **started**.
 """
 
@@ -81,6 +82,8 @@ class StartSnapshot:
     #: The task's jitter bound and this fire's delay, in seconds (``policy.jitter``).
     jitter: float = 0.0
     delay: float = 0.0
+    #: Asked for by hand (``run-now``, ``backfill``): neither early nor superseded.
+    requested: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ def decide_start(snap: StartSnapshot) -> StartDecision:
                 f"not started: fire {running[0].isoformat()} is still {running[1]} "
                 "(overlap policy skip)",
             )
-    later = snap.later_started()
+    later = None if snap.requested else snap.later_started()
     if later is not None:
         # A re-published fire (its beat died before marking it) that arrives after a
         # later fire already ran: running it now would also push the next on-time fire
@@ -165,6 +168,7 @@ def _early(snap: StartSnapshot) -> str | None:
         or snap.last_run is None
         or snap.misfire_policy == "run_all"
         or snap.reruns > 0
+        or snap.requested
     ):
         return None
     # The gap that led up to THIS fire, not the one after it: they differ for irregular

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -298,7 +298,8 @@ class Claimer:
             )
             conn.execute(sa.insert(fire).values(**entry.row()))
             audit.record(conn, self.store.actor, "run", name, at=now, detail=entry.task_id)
-            return policy.make_claim(task, now, entry.task_id, entry.attempts, timer_or_none(task))
+            claim = policy.make_claim(task, now, entry.task_id, entry.attempts, timer_or_none(task))
+            return replace(claim, requested="run-now")
 
     def replan_errors(self) -> int:
         """Give every enabled task in error another look on the next tick; return how many.

@@ -180,11 +180,13 @@ def count_statement(dialect: sa.Dialect) -> str:
 
 
 def enabled_statement(dialect: sa.Dialect) -> str:
-    """Return the SQL that reads which of the periodic tasks ``ids`` (a list) exist and
-    are enabled, as one array (``NULL``: none)."""
+    """Return the SQL that reads which of the periodic tasks ``ids`` (a list) exist, are
+    enabled and are not paused, as one array (``NULL``: none)."""
     ids = sa.bindparam("ids", type_=postgresql.ARRAY(sa.Integer()))
     query = sa.select(sa.func.array_agg(periodic_task.c.id)).where(
-        periodic_task.c.id == sa.any_(ids), periodic_task.c.enabled == sa.true()
+        periodic_task.c.id == sa.any_(ids),
+        periodic_task.c.enabled == sa.true(),
+        periodic_task.c.paused_at.is_(None),
     )
     return _render(query, dialect)
 

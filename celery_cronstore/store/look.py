@@ -92,8 +92,9 @@ class Look:
             return int(conn.execute(idle.due_count(until, cap)).scalar_one())
 
     def enabled_among(self, ids: list[int]) -> set[int]:
-        """Return which of the periodic tasks ``ids`` exist and are enabled (beat asks
-        before it publishes a claim taken ahead: on the held connection, one statement)."""
+        """Return which of the periodic tasks ``ids`` exist, are enabled and are not paused
+        (beat asks before it publishes a claim taken ahead: on the held connection, one
+        statement)."""
         if self.held is not None:
             (found,) = self.held.one(self._enabled_sql, {"ids": ids})
             return set(found or ())
@@ -101,7 +102,9 @@ class Look:
         with self.db.engine.connect() as conn:
             for start in range(0, len(ids), IN_CHUNK):
                 query = sa.select(_PT.id).where(
-                    _PT.id.in_(ids[start : start + IN_CHUNK]), _PT.enabled == sa.true()
+                    _PT.id.in_(ids[start : start + IN_CHUNK]),
+                    _PT.enabled == sa.true(),
+                    _PT.paused_at.is_(None),
                 )
                 enabled.update(conn.execute(query).scalars())
         return enabled

@@ -36,7 +36,7 @@ _F = fire.c
 #: Seconds: a claim marked published after the fact has its ``published_at`` to this step.
 MARK_STEP = 0.01
 #: Why a claim whose task was disabled (or removed) before it was sent is dropped.
-DISABLED_WAITING = "not published: the task was disabled while the fire waited"
+DISABLED_WAITING = "not published: the task was disabled or paused while the fire waited"
 #: Why a fire the broker may or may not have taken is recorded published.
 ANSWER_LOST = (
     "the broker's answer was lost while it was sent: it may have gone out, so it is not "
@@ -263,10 +263,12 @@ class Marks:
         return dropped
 
     def recheck(self, claims: list[Claim]) -> list[Claim]:
-        """Return the claims whose task still exists and is enabled; drop the others.
+        """Return the claims whose task still exists, is enabled and is not paused; drop
+        the others.
 
-        Beat calls this before publishing claims that waited (a broker outage): a task
-        disabled or removed in the meantime must not run. Each dropped fire is recorded
+        Beat calls this before publishing claims that waited (a broker outage, a claim
+        taken ahead of its time): a task disabled, paused or removed in the meantime must
+        not run. Each dropped fire is recorded
         with the reason.
         """
         if not claims:

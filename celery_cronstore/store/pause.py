@@ -12,6 +12,7 @@ fires the pause held back and plans the row again.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from celery_cronstore.fields import FieldValueError, check_text
 from celery_cronstore.fields.values import instant
 from celery_cronstore.policy import pause as rule
 from celery_cronstore.records import EPOCH, PeriodicTask
+from celery_cronstore.states import FireState
 from celery_cronstore.store import audit
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.rows import insert_entry, to_task
@@ -77,7 +79,9 @@ class StorePause:
             problem = rule.pause_problem(end, resume, now)
             if problem is not None:
                 raise FieldValueError("until" if resume in rule.RESUMES else "resume", problem)
-            missed = policy.unclaimed(task, now, "paused") if task.paused_at is None else None
+            missed = (
+                _skipped(policy.unclaimed(task, now, "paused")) if task.paused_at is None else None
+            )
             values: dict[str, Any] = {
                 "paused_at": task.paused_at or now,
                 "paused_by": self.actor.name,
@@ -135,6 +139,12 @@ def resume_in(
 
 
 _INSTANT = "an ISO-8601 instant with its offset (e.g. 2027-01-01T09:00:00+01:00 or ...Z)"
+
+
+def _skipped(entry: policy.Entry | None) -> policy.Entry | None:
+    """The fires due and unclaimed when a task is paused: held back on purpose, so
+    ``skipped`` (not ``missed``, which alerts count as bad ends)."""
+    return None if entry is None else replace(entry, state=FireState.SKIPPED)
 
 
 def _write(conn: sa.Connection, task: PeriodicTask, values: dict[str, Any], now: datetime) -> None:

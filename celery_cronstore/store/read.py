@@ -95,6 +95,12 @@ class TaskRow:
     last_fire: datetime | None
     error: str | None
     last_state: str | None
+    #: Set while it is paused (``policy.pause``): when, by whom, why, until, then what.
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    paused_note: str | None = None
+    paused_until: datetime | None = None
+    paused_resume: str = "skip"
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,11 @@ _TASK_COLUMNS = (
     _PT.next_run,
     _PT.last_fire,
     _PT.error,
+    _PT.paused_at,
+    _PT.paused_by,
+    _PT.paused_note,
+    _PT.paused_until,
+    _PT.paused_resume,
 )
 
 

@@ -86,6 +86,7 @@ def start_fire(
     retries: int = 0,
     interval: float | None = None,
     abandon_after: float = 120.0,
+    requested: bool = False,
 ) -> RunStart:
     """Decide whether the delivery of fire ``task_id`` starts; record it (one transaction).
 
@@ -93,7 +94,9 @@ def start_fire(
     ``interval`` is the ``cronstore_interval`` header (recomputed from the timer when
     ``None``); ``retries`` is Celery's ``request.retries``. A started fire gets a liveness
     lease of ``abandon_after`` seconds, which the worker's heartbeats renew
-    (:func:`keep_alive`).
+    (:func:`keep_alive`). ``requested``: the message says the fire was asked for by hand
+    (run-now, backfill): it is not judged early or superseded, and its start does not
+    move the task's ``last_run`` (the next scheduled fire is judged against its own).
     """
     with db.begin() as conn:
         pt_id = conn.execute(
@@ -115,12 +118,16 @@ def start_fire(
         ).one()
         if interval is None:
             interval = fire_interval(task, row.fire_time)
-        snap = snapshot(db, conn, task, row, now, retries, interval, tolerance, task_id)
+        snap = snapshot(
+            db, conn, task, row, now, retries, interval, tolerance, task_id, requested=requested
+        )
         decision = policy.decide_start(snap)
         recorded = False
         if not decision.started:
             recorded = decision.recorded and _record_refusal(conn, row.id, decision, node, now)
-        elif not _record_start(conn, task, row, decision, node, now, abandon_after):
+        elif not _record_start(
+            conn, task, row, decision, node, now, abandon_after, moves_last_run=not requested
+        ):
             # Cannot happen while we hold the locks; be safe anyway.
             decision = policy.StartDecision(
                 "duplicate", f"duplicate delivery: fire {task_id} changed state"
@@ -170,6 +177,8 @@ def _record_start(
     node: str,
     now: datetime,
     abandon_after: float,
+    *,
+    moves_last_run: bool = True,
 ) -> bool:
     alive = now + timedelta(seconds=abandon_after)
     if decision.outcome == "retry":
@@ -195,9 +204,10 @@ def _record_start(
     )
     if result.rowcount != 1:
         return False
-    if not row.reruns:
+    if not row.reruns and moves_last_run:
         # A re-run leaves last_run at its fire's first start: judged against the re-run's
-        # start, the next on-time fire would be dropped as early.
+        # start, the next on-time fire would be dropped as early. So does a fire asked
+        # for by hand (a backfilled one would make the next scheduled one "early").
         conn.execute(sa.update(periodic_task).where(_PT.id == task.id).values(last_run=now))
     return True
 

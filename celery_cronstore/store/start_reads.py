@@ -40,6 +40,8 @@ def snapshot(
     interval: float | None,
     tolerance: float,
     task_id: str,
+    *,
+    requested: bool = False,
 ) -> policy.StartSnapshot:
     """Build the guard's snapshot; the extra reads run only if the decision asks for them."""
 
@@ -93,6 +95,7 @@ def snapshot(
         reruns=int(row.reruns),
         jitter=float(task.jitter or 0.0),
         delay=_delay(task, row.fire_time, interval),
+        requested=requested,
     )
 
 

@@ -78,6 +78,8 @@ DONE = {
     "saved": "Saved.",
     "added": "Added.",
     "removed": "Removed.",
+    "paused": "Paused.",
+    "resumed": "Resumed.",
 }
 
 

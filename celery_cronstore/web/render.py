@@ -17,6 +17,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from celery_cronstore.errors import TimerError
+from celery_cronstore.policy.pause import NOTE_CHARS, RESUMES, paused_text
 from celery_cronstore.records import Fire
 from celery_cronstore.states import NOT_RUN
 from celery_cronstore.timers import parse_timer, shown_zone
@@ -55,6 +56,10 @@ def environment(display_tz: str = "UTC") -> Environment:
         display_zone=display_tz,
         shown=functools.partial(fmt_shown, tz=display_tz),
         zone_label=zone_label,
+        # The pause (issue 25): its one sentence, as every window says it, and its form's rules.
+        paused_text=paused_text,
+        resumes=RESUMES,
+        note_chars=NOTE_CHARS,
     )
     return env
 

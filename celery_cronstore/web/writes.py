@@ -1,4 +1,5 @@
-"""The dashboard's write pages: the task actions, the edit form and the add form.
+"""The dashboard's write pages: the task actions, the edit form and the add form (pause
+and resume, also task actions, are in :mod:`.pause`).
 
 Every write goes through the :class:`~celery_cronstore.store.Store` API (or the claimer
 for "run now"), so validation and planning live in one place. :class:`~.app.WebApp` has
@@ -22,21 +23,23 @@ from celery_cronstore.errors import (
 )
 from celery_cronstore.store import PeriodicTask, Store
 from celery_cronstore.timers import KINDS
-from celery_cronstore.web import forms
+from celery_cronstore.web import forms, pause
 from celery_cronstore.web.context import Ctx, Site
 
 __all__ = ["ACTIONS", "action", "edit", "edit_form", "new", "writer"]
 
-ACTIONS = ("enable", "disable", "run", "remove")
+ACTIONS = ("enable", "disable", "run", "remove", *pause.ACTS)
 
 
 def action(app: Site, ctx: Ctx) -> Response:
-    """Enable, disable, run now or remove the task named in the form."""
+    """Enable, disable, run now, remove, pause or resume the task named in the form."""
     form = ctx.request.form
     name, act = form.get("name", ""), form.get("action", "")
     if act not in ACTIONS:
         return app.plain(400, f"unknown action; expected one of {', '.join(ACTIONS)}")
     store = writer(app, ctx)
+    if act in pause.ACTS:
+        return pause.write(app, ctx, store, act)
     try:
         if act == "enable":
             store.enable(name)

@@ -39,7 +39,7 @@ from celery.exceptions import (
 from celery.utils.time import get_exponential_backoff_interval
 
 from celery_cronstore.config import Config
-from celery_cronstore.policy import H_FIRE, H_INTERVAL, H_NAME, killed_run_age
+from celery_cronstore.policy import H_FIRE, H_INTERVAL, H_NAME, H_REQUESTED, killed_run_age
 from celery_cronstore.states import FireState
 from celery_cronstore.store import Store, runs
 from celery_cronstore.worker import liveness_for, node_of, store_for, use_store
@@ -252,6 +252,7 @@ class CronTask(celery.Task):  # type: ignore[misc]  # Celery ships no types
             retries=int(request.retries or 0),
             interval=parse_interval(header(request, H_INTERVAL)),
             abandon_after=live.abandon_after,
+            requested=bool(header(request, H_REQUESTED)),
         )
         if not decision.started:
             logger.warning(

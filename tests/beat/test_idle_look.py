@@ -160,7 +160,7 @@ def test_the_recheck_of_held_claims_reads_on_the_held_connection(direct: Store) 
         (dropped,) = [f for f in direct.history("off") if f.state != "missed"]
         assert (dropped.state, dropped.reason) == (
             "dropped",
-            "not published: the task was disabled while the fire waited",
+            "not published: the task was disabled or paused while the fire waited",
         )
     finally:
         held.close()

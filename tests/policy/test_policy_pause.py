@@ -14,6 +14,7 @@ from timeline import T0
 from celery_cronstore import policy
 from celery_cronstore.policy import pause
 from celery_cronstore.records import PeriodicTask
+from celery_cronstore.states import FireState
 from celery_cronstore.timers import parse_timer
 
 HOURLY = parse_timer("0 * * * *", kind="cron", tz="UTC")
@@ -105,6 +106,7 @@ def test_resuming_skips_or_plans_the_newest_held_back_fire(
     else:
         assert resumed.missed is not None
         entry = resumed.missed
+        assert entry.state == FireState.SKIPPED  # on purpose: not a bad end
         assert (entry.fire_time, entry.fire_until or entry.fire_time, entry.fire_count) == missed
         assert entry.reason is not None
         assert "the task was paused by alice (db migration)" in entry.reason

@@ -469,7 +469,7 @@ def test_claims_that_waited_for_the_broker_are_checked_again(
     fire = store.fire_by_task_id(off.task_id)
     assert fire is not None
     assert fire.state == "dropped"
-    assert fire.reason == "not published: the task was disabled while the fire waited"
+    assert fire.reason == "not published: the task was disabled or paused while the fire waited"
 
 
 def test_a_batch_whose_row_changed_under_it_is_rolled_back_whole(

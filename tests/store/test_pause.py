@@ -52,9 +52,9 @@ def test_paused_until_then_resumed_by_beat_sending_the_newest_once(
     clock.set(at(70))
     assert claim_all(replicas) == [at(70).isoformat()]
     states = {f.fire_time: (f.state, f.fire_count, f.reason) for f in store.history("p")}
-    assert states[at(20)][0] == FireState.MISSED  # due when it was paused
+    assert states[at(20)][0] == FireState.SKIPPED  # due when it was paused: on purpose
     state, count, reason = states[at(30)]
-    assert (state, count) == (FireState.MISSED, 3)  # 30, 40, 50 held back
+    assert (state, count) == (FireState.SKIPPED, 3)  # 30, 40, 50 held back
     assert reason is not None
     assert "paused by alice (db migration)" in reason
     actions = [(e.action, e.actor) for e in store.audit_trail(task="p")]
@@ -74,7 +74,7 @@ def test_paused_until_resumed_by_hand_skipping_what_it_held_back(
     resumed = store.resume("p")
     assert resumed.paused_at is None
     assert resumed.next_run == at(50)
-    [held] = [f for f in store.history("p") if f.state == FireState.MISSED]
+    [held] = [f for f in store.history("p") if f.state == FireState.SKIPPED]
     assert (held.fire_time, held.fire_until, held.fire_count) == (at(10), at(40), 4)
     clock.set(at(50))
     assert claim_all([claimer]) == [at(50).isoformat()]

@@ -22,7 +22,7 @@ from celery import Celery
 from celery_cronstore import actions, policy
 from celery_cronstore.beat import publish as publish_module
 from celery_cronstore.records import Claim
-from celery_cronstore.store import Claimer, Store
+from celery_cronstore.store import Claimer, Store, runs
 from celery_cronstore.testing import FrozenClock
 from celery_cronstore.worker.task import CronTask
 
@@ -311,19 +311,45 @@ def test_a_task_disabled_while_it_backfills_sends_no_more(
     assert [states[base + n * HOUR] for n in range(3)] == ["published", "dropped", "dropped"]
 
 
-def test_a_crontask_is_refused_while_its_guard_would_drop_the_fires(
-    run: Run, store: Store, app: Celery, base: datetime
+def test_a_crontasks_backfilled_fires_start_and_leave_its_schedule_alone(
+    run: Run, store: Store, app: Celery, base: datetime, queue: str
 ) -> None:
-    """The CronTask guard drops a fire older than one that already started (superseded):
-    a backfill would say "sent" for fires recorded dropped, so it is refused (issue 24's
-    rule for run-now of a disabled task)."""
+    """A backfilled fire is older than the fires that already ran: without a mark the
+    CronTask guard would drop it ("superseded", "early"). Its message says it was asked
+    for (``cronstore_requested: backfill``), so it starts, and it does not move the task's
+    last run: the next scheduled fire is not judged early against it."""
 
     @app.task(base=CronTask, name="app.guarded", shared=False)
     def guarded() -> None:
         """A CronTask the CLI's app knows."""
 
-    store.add("guarded", task="app.guarded", timer="every 1h")
-    refused = run("backfill", "guarded", "--from", z(base), "--to", z(base + HOUR), code=1)
-    assert "runs 'app.guarded', a CronTask: its guard drops a fire" in refused.stderr
-    assert "backfill sends the fires of plain tasks" in refused.stderr
-    assert store.history("guarded") == []
+    frozen = FrozenClock(base - HOUR / 2)
+    beat_side = Store(store.url, clock=frozen)
+    beat_side.add("guarded", task="app.guarded", timer="every 1h", options={"queue": queue})
+    frozen.set(base + 5 * HOUR)  # beat sends base+5h (the older ones recorded missed)
+    claimer = Claimer(beat_side, "beat-1")
+    [latest] = claimer.claim_due().claims
+    claimer.mark_published([latest])
+    started = runs.start_fire(beat_side.db, latest.task_id, node="w1")
+    assert started.started
+    last_run = beat_side.get("guarded").last_run
+    drain(app, queue)
+
+    run("backfill", "guarded", "--from", z(base + HOUR), "--to", z(base + 2 * HOUR))
+    messages = drain(app, queue)
+    assert [m.headers["cronstore_requested"] for m in messages] == ["backfill", "backfill"]
+    frozen.set(base + 5 * HOUR + timedelta(minutes=1))
+    for message in messages:
+        decision = runs.start_fire(
+            beat_side.db,
+            message.headers["id"],
+            node="w1",
+            requested=message.headers["cronstore_requested"] == "backfill",
+        )
+        assert decision.started, decision.reason
+    assert beat_side.get("guarded").last_run == last_run
+    frozen.set(base + 6 * HOUR)
+    [nxt] = claimer.claim_due().claims
+    claimer.mark_published([nxt])
+    assert runs.start_fire(beat_side.db, nxt.task_id, node="w1").started  # not "early"
+    beat_side.close()

@@ -281,7 +281,10 @@ def test_an_overrunning_run_times_out_and_the_next_run_resumes(worker: Worker) -
     assert fire.started_at is not None
     assert fire.finished_at is not None
     # The soft limit struck at about start + interval / 2 (prefork: 0.4-0.9 s late).
-    assert timedelta(seconds=2) <= fire.finished_at - fire.started_at < timedelta(seconds=4)
+    # Celery's soft limit counts from the run's start in the pool, a little before the
+    # guard records started_at (its transaction; 0.14 s on a loaded CI machine).
+    ran = fire.finished_at - fire.started_at
+    assert timedelta(seconds=1.5) <= ran < timedelta(seconds=4)
     task = worker.store.get("slow")
     assert task.last_run == fire.started_at  # last_run stays the start time
     assert task.resume_state["out_of_time"] is True

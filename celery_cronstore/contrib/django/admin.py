@@ -10,8 +10,8 @@
 
 This module holds the ModelAdmin and its registration; the list's filters are in
 :mod:`.filters`, the counting-free change list in :mod:`.changelist`, the fire history
-(recent fires and the ledger view) in :mod:`.history`, the add/change form in :mod:`.forms`
-and the display helpers in :mod:`.formatting`.
+(recent fires and the ledger view) in :mod:`.history`, the add/change form in :mod:`.forms`,
+pause and resume in :mod:`.pausing` and the display helpers in :mod:`.formatting`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html_join
 
 from celery_cronstore import actions
-from celery_cronstore.contrib.django import conf
+from celery_cronstore.contrib.django import conf, pausing
 from celery_cronstore.contrib.django.changelist import SORTS, TaskChangeList
 from celery_cronstore.contrib.django.filters import (
     EnabledFilter,
@@ -124,9 +124,13 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
     list_per_page = 50
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # facets count every filter choice
-    actions = ("enable_tasks", "disable_tasks", "run_tasks_now", "delete_selected")
+    actions = (
+        *("enable_tasks", "disable_tasks", "run_tasks_now", "pause_tasks", "resume_tasks"),
+        "delete_selected",
+    )
     save_as = False
     readonly_fields = (
+        "pause_detail",
         "upcoming",
         "next_fire_detail",
         "last_fire_detail",
@@ -172,6 +176,7 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
             "State",
             {
                 "fields": (
+                    "pause_detail",
                     "next_fire_detail",
                     "last_fire_detail",
                     "last_run_detail",
@@ -264,6 +269,8 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
     def next_fire(self, obj: PeriodicTask) -> str:
         if not obj.enabled:
             return "disabled"
+        if obj.paused_at is not None:  # planned for its resume, or for none
+            return pausing.in_list(obj)
         return shown(obj.next_run)
 
     @display(description=in_zone("last fire"))
@@ -298,6 +305,10 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
             "<ol class='cronstore-upcoming'>{}</ol>",
             format_html_join("", "<li>{}</li>", ((local(t, obj.tz),) for t in times)),
         )
+
+    @display(description="paused")
+    def pause_detail(self, obj: PeriodicTask) -> str:
+        return pausing.paused_of(obj)
 
     @display(description=in_zone("next run"))
     def next_fire_detail(self, obj: PeriodicTask) -> str:
@@ -391,6 +402,14 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
             return
         store = writer(request)
         self._each(request, queryset, lambda name: run_now(name, store=store, app=app), "Sent")
+
+    @action(description="Pause selected periodic tasks", permissions=["change"])
+    def pause_tasks(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        return pausing.pause(self, request, queryset, writer(request))
+
+    @action(description="Resume selected periodic tasks", permissions=["change"])
+    def resume_tasks(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        return pausing.resume(self, request, queryset, writer(request))
 
 
 admin.site.register(PeriodicTask, PeriodicTaskAdmin)

@@ -49,6 +49,11 @@ def _to_model(row: TaskRow) -> PeriodicTask:
         next_run=row.next_run,
         last_fire=row.last_fire,
         error=row.error,
+        paused_at=row.paused_at,
+        paused_by=row.paused_by,
+        paused_note=row.paused_note,
+        paused_until=row.paused_until,
+        paused_resume=row.paused_resume,
     )
     task.last_state = row.last_state
     return task

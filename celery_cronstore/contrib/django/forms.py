@@ -1,4 +1,5 @@
-"""The admin's edit form: built from the field table, written through the ``Store`` API.
+"""The admin's forms: the edit form, built from the field table and written through the
+``Store`` API, and the pause and resume actions' (:class:`PauseForm`, :class:`ResumeForm`).
 
 Its fields come from :mod:`celery_cronstore.fields` (:func:`build_form`, called for every
 admin request), and each value is parsed and checked there: a bad value gets the message
@@ -19,10 +20,19 @@ from celery_cronstore import fields
 from celery_cronstore.contrib.django import conf
 from celery_cronstore.contrib.django.models import PeriodicTask
 from celery_cronstore.errors import DuplicateTaskError, EditConflictError, TimerError
+from celery_cronstore.policy.pause import NOTE_CHARS, RESUMES
 from celery_cronstore.records import PeriodicTask as TaskRecord
 from celery_cronstore.timers import edit_kind
 
-__all__ = ["PeriodicTaskForm", "build_form", "edited", "field_of", "form_fields"]
+__all__ = [
+    "PauseForm",
+    "PeriodicTaskForm",
+    "ResumeForm",
+    "build_form",
+    "edited",
+    "field_of",
+    "form_fields",
+]
 
 #: Model fields the form edits besides the table's (the owner, as two columns).
 OWNER = ("owner_type", "owner_id")
@@ -211,3 +221,40 @@ def build_form(exclude: tuple[str, ...] = (), actor: str = "admin") -> type[Peri
         "PeriodicTaskForm", (PeriodicTaskForm,), {**form_fields(exclude), "actor": actor}
     )
     return form
+
+
+class PauseForm(forms.Form):  # type: ignore[misc]  # Django ships no types
+    """What the "Pause selected" action asks. Text only, as the command line takes it: the
+    store (and ``--until``'s reader) refuse a bad value in every window's words."""
+
+    note = forms.CharField(
+        label="Note",
+        required=False,
+        strip=False,  # as given, like `cronstore pause --note`: the store measures and strips
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60, "maxlength": NOTE_CHARS}),
+        help_text="Why they are paused (shown in every window).",
+    )
+    until = forms.CharField(
+        label="Until",
+        required=False,
+        help_text="Resume by itself at this instant: ISO-8601 (2026-03-01T09:00, or with an "
+        "offset or Z); without an offset it is read in each task's zone. Empty: until resumed.",
+    )
+    resume = forms.CharField(
+        label="Then",
+        required=False,
+        initial=RESUMES[0],
+        widget=forms.Select(choices=[(r, r) for r in RESUMES]),
+        help_text="On resume: skip the fires the pause held back (recorded missed), or send "
+        "the newest of them once.",
+    )
+
+
+class ResumeForm(forms.Form):  # type: ignore[misc]  # Django ships no types
+    """What the "Resume selected" action asks: what becomes of the fires held back."""
+
+    mode = forms.CharField(
+        label="Fires held back",
+        required=False,
+        widget=forms.Select(choices=[("", "as chosen when paused"), *((r, r) for r in RESUMES)]),
+    )

@@ -5,7 +5,9 @@ nothing (the store's Alembic revision 0011 adds the columns: ``manage.py
 cronstore_migrate``). Kept so that ``makemigrations`` finds no changes.
 """
 
-from django.db import migrations, models
+from django.db import migrations
+
+from celery_cronstore.contrib.django.models import UTCDateTimeField
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
@@ -15,11 +17,11 @@ class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no 
         migrations.AddField(
             model_name="periodictask",
             name="start_at",
-            field=models.DateTimeField(blank=True, null=True, verbose_name="start at"),
+            field=UTCDateTimeField(blank=True, null=True, verbose_name="start at"),
         ),
         migrations.AddField(
             model_name="periodictask",
             name="end_at",
-            field=models.DateTimeField(blank=True, null=True, verbose_name="end at"),
+            field=UTCDateTimeField(blank=True, null=True, verbose_name="end at"),
         ),
     ]

@@ -7,6 +7,8 @@ cronstore_migrate``). Kept so that ``makemigrations`` finds no changes.
 
 from django.db import migrations, models
 
+from celery_cronstore.contrib.django.models import UTCDateTimeField
+
 
 class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [("cronstore", "0006_bounds")]
@@ -15,7 +17,7 @@ class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no 
         migrations.AddField(
             model_name="periodictask",
             name="paused_at",
-            field=models.DateTimeField(blank=True, null=True, verbose_name="paused at"),
+            field=UTCDateTimeField(blank=True, null=True, verbose_name="paused at"),
         ),
         migrations.AddField(
             model_name="periodictask",
@@ -30,7 +32,7 @@ class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no 
         migrations.AddField(
             model_name="periodictask",
             name="paused_until",
-            field=models.DateTimeField(blank=True, null=True, verbose_name="paused until"),
+            field=UTCDateTimeField(blank=True, null=True, verbose_name="paused until"),
         ),
         migrations.AddField(
             model_name="periodictask",
