@@ -72,13 +72,7 @@ def run_now(app: Any, store: Store, name: str, *, node: str) -> Claim:
         # Read first, claimed after: a disable landing in between still gets the fire
         # dropped by the worker's guard (and recorded so), never run.
         raise DisabledTaskError(disabled_refusal(name))
-    claimer = Claimer(
-        store,
-        node,
-        lease=config.lease,
-        allowlist=config.task_allowlist,
-        seam=TaskCatalog(app, config=config),
-    )
+    claimer = _claimer(app, store, node, config)
     claim = claimer.claim_now(name)
     try:
         publish(app, claim)
@@ -175,13 +169,7 @@ def backfill(
             )
     if rate is not None and not 0 < rate < float("inf"):
         raise RangeError(f"the rate must be a positive number of fires per second, got {rate}")
-    claimer = Claimer(
-        store,
-        node,
-        lease=config.lease,
-        allowlist=config.task_allowlist,
-        seam=TaskCatalog(app, config=config),
-    )
+    claimer = _claimer(app, store, node, config)
     done = claim_range(claimer, name, start, end, rate=rate, dry_run=dry_run)
     plan = done.plan
     report = BackfillReport(
@@ -219,3 +207,14 @@ def backfill(
         if on_sent is not None:
             on_sent(claim)
     return replace(report, sent=sent, not_sent=not_sent)
+
+
+def _claimer(app: Any, store: Store, node: str, config: Config) -> Claimer:
+    """The claimer an action claims through: beat's lease, allowlist and task checks."""
+    return Claimer(
+        store,
+        node,
+        lease=config.lease,
+        allowlist=config.task_allowlist,
+        seam=TaskCatalog(app, config=config),
+    )

@@ -269,7 +269,8 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
     def next_fire(self, obj: PeriodicTask) -> str:
         if not obj.enabled:
             return "disabled"
-        if obj.paused_at is not None:  # planned for its resume, or for none
+        paused: Any = obj.paused_at  # a model column: None until paused
+        if paused is not None:  # planned for its resume, or for none
             return pausing.in_list(obj)
         return shown(obj.next_run)
 
