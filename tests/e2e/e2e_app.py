@@ -93,3 +93,20 @@ def guarded(self, *args: object) -> None:  # type: ignore[no-untyped-def]
     )
     with open(os.environ["E2E_RECORD"], "a", encoding="utf-8") as out:
         out.write(line + "\n")
+
+
+@app.task(name="e2e.slow", bind=True, base=CronTask)
+def slow(self, label: str, seconds: float) -> None:  # type: ignore[no-untyped-def]
+    """A CronTask that records its start, runs ``seconds``, then records its end (a run
+    ended by a revoke, or by its worker, records no end)."""
+
+    def note(phase: str) -> None:
+        line = json.dumps(
+            {"task_id": self.request.id, "args": [label], "at": time.time(), "phase": phase}
+        )
+        with open(os.environ["E2E_RECORD"], "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+
+    note("start")
+    time.sleep(seconds)
+    note("end")
