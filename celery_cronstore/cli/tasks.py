@@ -105,7 +105,7 @@ def definition_options(*, edit: bool) -> list[click.Option]:
             continue
         options.append(
             click.Option(
-                [spec.flag, spec.name],
+                [spec.flag, *spec.aliases, spec.name],
                 type=FieldType(spec),
                 metavar=spec.metavar,
                 required=spec.required and not edit,

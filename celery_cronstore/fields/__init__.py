@@ -91,6 +91,9 @@ class Field:
     entry: bool = True
     #: How the value must be described in messages ("a non-negative number of seconds").
     wants: str = ""
+    #: Other command-line options for it, the names other schedulers use
+    #: (``--catchup-window`` for ``start_deadline``).
+    aliases: tuple[str, ...] = ()
     #: A further check of a typed value (``None``: fine; else the problem).
     extra: Callable[[Any], str | None] | None = _attribute(default=None, compare=False)
 
@@ -332,9 +335,10 @@ FIELDS: list[Field] = [
     Field("overlap_policy", str, "allow", "While the previous fire still runs: allow sends "
           "the new one too, skip records it skipped, buffer_one holds one back and sends it "
           "when the previous ends, replace ends the previous (revoked) and sends the new.",
-          choices=OVERLAP_POLICIES),
-    Field("start_deadline", float, None, "Seconds late a fire may start.", optional=True,
-          minimum=0, wants=_SECONDS),
+          choices=OVERLAP_POLICIES, aliases=("--overlap",)),
+    Field("start_deadline", float, None, "Seconds late a fire may start: the catch-up "
+          "window (older fires are not sent after downtime).", optional=True, minimum=0,
+          wants=_SECONDS, aliases=("--catchup-window",)),
     Field("abandon_policy", str, "leave", "A started fire whose worker went silent: leave "
           "it abandoned (default), or rerun it once under the same task id.",
           choices=ABANDON_POLICIES),
