@@ -302,3 +302,31 @@ def test_lord_howe_every_nine_months_fires_on_the_first_of_january() -> None:
         utc("2026-12-31T13:00:00"),  # 2027-01-01 00:00 +11
     ]
     assert fires("*-1/9-01", "Australia/Lord_Howe", after, 2) == expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "tz", "after", "systemd_says"),
+    [
+        # systemd-analyze calendar --base-time='2026-12-07 23:51:00 UTC' '*:0/50'
+        ("*:0/50", "UTC", "2026-12-07T23:51:00", "2026-12-08T00:50:00"),
+        # systemd-analyze calendar --base-time='2026-12-07 23:55:00 UTC' '*:5/50'
+        ("*:5/50", "UTC", "2026-12-07T23:55:00", "2026-12-08T00:55:00"),
+        # systemd-analyze calendar --base-time='2026-12-31 22:00:00 UTC' '*-*-* 0/5:00'
+        ("*-*-* 0/5:00", "UTC", "2026-12-31T22:00:00", "2027-01-01T05:00:00"),
+        # systemd-analyze calendar --base-time='2026-12-31 23:59:51 UTC' '*:*:0/25'
+        ("*:*:0/25", "UTC", "2026-12-31T23:59:51", "2027-01-01T00:00:25"),
+        # The same overflow in a zone with DST, on an ordinary night.
+        ("*:0/50", "Europe/Berlin", "2026-07-14T21:51:00", "2026-07-14T22:50:00"),
+    ],
+)
+def test_a_repeat_overflowing_across_a_day_or_a_year_skips_no_wall_time(
+    expression: str, tz: str, after: str, systemd_says: str
+) -> None:
+    """systemd 252 keeps the lower fields of an overflow and skips the first wall time of
+    the next day or year; the timer answers the true next fire (the brute-force walk)."""
+    timer = CalendarTimer.parse(expression, tz=tz)
+    moment = utc(after)
+    found = timer.next_after(moment)
+    assert found == brute_next(timer, moment, timedelta(days=2))
+    assert found is not None
+    assert found < utc(systemd_says)

@@ -3,14 +3,14 @@
 The walk goes year -> month -> day (-> weekday) -> hour -> minute -> second over local
 wall-clock fields. When a field must move, the fields below it restart from their
 minimum; values past a field's end (``*-*-20/15`` -> day 35) are normalized by
-``mktime`` and the walk restarts from the normalized date. systemd (v252) has quirks we
-keep on purpose, because timers must fire when systemd says they fire:
+``mktime`` and the walk restarts from the normalized date, with every field below the
+one that moved at its minimum. systemd (v252) keeps the lower fields of the overflow
+instead and so skips wall times (``*-*-* 0/5:00`` after 22:00 on 31 December: 05:00 on
+1 January, not 00:00); we do not copy that (docs/timers.md, "Deliberate differences").
+Kept as systemd does them:
 
 * a wall-clock time that falls in a DST gap is skipped;
-* in a DST fold each wall-clock time fires once (in the pass the search reaches first);
-* an unbounded repeat that runs past the year end restarts in January of the next year
-  *without* resetting the lower fields (``*-*-* 0/5:00`` after 22:00 on 31 December
-  fires next at 05:00 on 1 January, not at 00:00).
+* in a DST fold each wall-clock time fires once (in the pass the search reaches first).
 
 The walk gives up after :data:`MAX_ITERATIONS` restarts, like systemd, raising
 :class:`~celery_cronstore.errors.TimerSearchError`.
@@ -57,12 +57,16 @@ class _Walk:
         if result is None:
             return -1, -1
         _, norm, dst = result
-        # Whatever overflowed resets the field just below it (systemd's fix for skips).
+        # Whatever overflowed resets every field below it: the normalized time's lower
+        # fields are a leftover of the overflow, not a choice of the spec. (systemd 252
+        # resets only the field just below, so a repeat that overflows across a day or a
+        # year skips wall times: ``*:0/50`` from 23:51 answers 00:50, not 00:00; see
+        # docs/timers.md, "Deliberate differences from systemd".)
         for index in range(6):
             if norm[index] != tm[index]:
                 cmp = 1 if norm[index] > tm[index] else -1
-                if index < 5:
-                    norm[index + 1] = 1 if index < 2 else 0
+                for lower in range(index + 1, 6):
+                    norm[lower] = 1 if lower < 3 else 0
                 break
         else:
             return 1, -1
