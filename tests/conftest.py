@@ -171,6 +171,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
             for table in ("cronstore_fire", "cronstore_periodic_task", "cronstore_beat"):
                 conn.exec_driver_sql(f"DELETE FROM {table}")
             conn.exec_driver_sql("DELETE FROM cronstore_audit")  # who changed what
+            conn.exec_driver_sql("DELETE FROM cronstore_calendar")  # exclusion calendars
     finally:
         store.close()
     return url

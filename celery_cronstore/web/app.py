@@ -45,7 +45,7 @@ from celery_cronstore.store.read import (
 )
 from celery_cronstore.store.seam import NullSeam
 from celery_cronstore.timers import KINDS
-from celery_cronstore.web import forms, login, ops, writes
+from celery_cronstore.web import calendars, forms, login, ops, writes
 from celery_cronstore.web.auth import SESSION_COOKIE, Credentials, Identity, Signer, from_header
 from celery_cronstore.web.context import LIVE_EVERY, LIVE_HEADER, LIVE_PAGES, Ctx, SummaryLine
 from celery_cronstore.web.guard import HostCheck, LoginLimiter
@@ -136,6 +136,8 @@ class WebApp:
                 Rule("/task/action", endpoint="action", methods=["POST"]),
                 Rule("/problems", endpoint="problems"),
                 Rule("/audit", endpoint="audit"),
+                Rule("/calendars", endpoint="calendars"),
+                Rule("/calendar", endpoint="calendar", methods=["POST"]),
                 Rule("/api/preview", endpoint="preview"),
                 Rule("/login", endpoint="login", methods=["GET", "POST"]),
                 Rule("/logout", endpoint="logout", methods=["POST"]),
@@ -398,6 +400,8 @@ class WebApp:
 
     def page_new(self, ctx: Ctx) -> Response:
         return writes.new(self, ctx)
+
+    page_calendars, page_calendar = calendars.page, calendars.write  # exclusion calendars
 
     def run_now(self, name: str, store: Store | None = None) -> None:
         """Claim and publish one extra fire of ``name`` (as ``cronstore run-now`` does),

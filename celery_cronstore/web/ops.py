@@ -27,7 +27,7 @@ __all__ = ["AUDIT_PAGE", "MAX_PER_PAGE", "WRITES", "audit_page", "forbidden", "h
 logger = logging.getLogger("celery_cronstore.web")
 
 #: The endpoints that change something (or show a form that would): operators only.
-WRITES = frozenset({"edit", "new", "action"})
+WRITES = frozenset({"edit", "new", "action", "calendar"})
 #: Entries per page of ``/audit``, and the most ``per_page`` may ask for.
 AUDIT_PAGE = 100
 MAX_PER_PAGE = 1000

@@ -11,7 +11,8 @@
 This module holds the ModelAdmin and its registration; the list's filters are in
 :mod:`.filters`, the counting-free change list in :mod:`.changelist`, the fire history
 (recent fires and the ledger view) in :mod:`.history`, the add/change form in :mod:`.forms`,
-pause and resume in :mod:`.pausing` and the display helpers in :mod:`.formatting`.
+pause and resume in :mod:`.pausing`, the display helpers in :mod:`.formatting` and the
+exclusion calendars' admin in :mod:`.calendars_admin`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from django.utils.html import format_html_join
 
 from celery_cronstore import actions
 from celery_cronstore.contrib.django import conf, pausing
+from celery_cronstore.contrib.django.calendars_admin import CalendarAdmin
 from celery_cronstore.contrib.django.changelist import SORTS, TaskChangeList
 from celery_cronstore.contrib.django.filters import (
     EnabledFilter,
@@ -46,7 +48,7 @@ from celery_cronstore.contrib.django.formatting import (
 )
 from celery_cronstore.contrib.django.forms import PeriodicTaskForm, build_form, edited
 from celery_cronstore.contrib.django.history import HISTORY_PAGE, FireHistoryAdmin
-from celery_cronstore.contrib.django.models import PeriodicTask
+from celery_cronstore.contrib.django.models import Calendar, PeriodicTask
 from celery_cronstore.errors import CronstoreError
 from celery_cronstore.store.read import MAX_SEARCH
 
@@ -414,3 +416,4 @@ class PeriodicTaskAdmin(FireHistoryAdmin):
 
 
 admin.site.register(PeriodicTask, PeriodicTaskAdmin)
+admin.site.register(Calendar, CalendarAdmin)  # exclusion calendars: .calendars_admin

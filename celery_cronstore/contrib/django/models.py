@@ -1,4 +1,5 @@
-"""Read-only Django models over ``cronstore_periodic_task`` and ``cronstore_fire``.
+"""Read-only Django models over ``cronstore_periodic_task``, ``cronstore_fire`` and
+``cronstore_calendar``.
 
 ``managed = False``: Django never creates, alters or drops these tables (the store's
 Alembic migrations own them: ``manage.py cronstore_migrate``), and nothing here saves
@@ -15,7 +16,7 @@ from django.db import models
 
 from celery_cronstore.store.types import loads
 
-__all__ = ["Fire", "PeriodicTask", "UTCDateTimeField"]
+__all__ = ["Calendar", "Fire", "PeriodicTask", "UTCDateTimeField"]
 
 
 class UTCDateTimeField(models.DateTimeField):  # type: ignore[misc]  # Django ships no types
@@ -162,3 +163,25 @@ class Fire(_ReadOnly):
 
     def __str__(self) -> str:
         return f"{self.periodic_task_id} @ {self.fire_time:%Y-%m-%d %H:%M:%S} UTC"
+
+
+class Calendar(_ReadOnly):
+    """One exclusion calendar of ``cronstore_calendar`` (written through
+    ``Store.calendars``; the admin's is :mod:`.calendars_admin`)."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=100, unique=True)
+    #: The entries, a JSON list of text (days, spans, windows).
+    entries = models.TextField(default="[]")
+    holidays = models.CharField(max_length=16, null=True, blank=True)
+    description = models.TextField(blank=True, default="")
+    updated_at = UTCDateTimeField("updated")
+
+    class Meta:
+        managed = False
+        db_table = "cronstore_calendar"
+        verbose_name = "exclusion calendar"
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return str(self.name)
