@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from celery_cronstore import policy
 from celery_cronstore.errors import DuplicateTaskError
 from celery_cronstore.store import audit, removal
+from celery_cronstore.store.calendars import check_names
 from celery_cronstore.store.retention import REMOVE_BATCH
 from celery_cronstore.store.rows import check_values, owner_values, timer_values
 from celery_cronstore.store.schema import periodic_task
@@ -100,6 +101,7 @@ def _create(conn: sa.Connection, change: Change, source: str, now: Any) -> None:
     enabled = bool(given.get("enabled", True))
     given["name"] = change.name
     values = check_values({k: v for k, v in given.items() if k not in _TIMER})
+    check_names(conn, values.get("exclude"))  # calendars are not in files: they must exist
     values.update(owner_values(owner))
     values.update(timer_values(timer))
     values["source"] = source

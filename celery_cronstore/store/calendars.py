@@ -20,7 +20,13 @@ from celery_cronstore.store import audit
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.schema import calendar, periodic_task
 
-__all__ = ["CalendarInUseError", "CalendarNotFoundError", "Calendars", "entries_of"]
+__all__ = [
+    "CalendarInUseError",
+    "CalendarNotFoundError",
+    "Calendars",
+    "check_names",
+    "entries_of",
+]
 
 _C = calendar.c
 _PT = periodic_task.c
@@ -121,17 +127,7 @@ class Calendars:
 
     def check_names(self, conn: sa.Connection, exclude: str | None) -> None:
         """Refuse (``FieldValueError`` on ``exclude``) calendar names that do not exist."""
-        names = calendar_names(exclude)
-        if not names:
-            return
-        found = set(conn.execute(sa.select(_C.name).where(_C.name.in_(names))).scalars())
-        missing = [n for n in names if n not in found]
-        if missing:
-            raise FieldValueError(
-                "exclude",
-                f"exclude names no calendar {', '.join(repr(m) for m in missing)}: create it "
-                f"first (cronstore calendar add {missing[0]} ...)",
-            )
+        check_names(conn, exclude)
 
     def load(self, conn: sa.Connection) -> dict[str, Calendar]:
         """Return every calendar by name (a calendar that no longer parses is left out:
@@ -153,3 +149,18 @@ def entries_of(row: Any) -> list[str]:
 
 def _parsed(row: Any) -> Calendar:
     return parse_calendar(row.name, entries_of(row), row.holidays, row.description or "")
+
+
+def check_names(conn: sa.Connection, exclude: str | None) -> None:
+    """Refuse (``FieldValueError`` on ``exclude``) calendar names that do not exist."""
+    names = calendar_names(exclude)
+    if not names:
+        return
+    found = set(conn.execute(sa.select(_C.name).where(_C.name.in_(names))).scalars())
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise FieldValueError(
+            "exclude",
+            f"exclude names no calendar {', '.join(repr(m) for m in missing)}: create it "
+            f"first (cronstore calendar add {missing[0]} ...)",
+        )

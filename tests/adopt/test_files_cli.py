@@ -403,3 +403,23 @@ def test_check_names_a_beat_schedule_entry_a_stored_task_shadows(db_url: str, st
     out = invoke(app, "check", code=1).output
     assert "beat_schedule: report: a stored task of source 'cli' has this name" in out
     assert "misfit" not in out
+
+
+def test_a_file_naming_a_calendar_the_store_lacks_is_refused_whole(
+    app: Celery, store: Store, tmp_path: Path
+) -> None:
+    """Calendars are not in export files; a task's ``exclude`` must name calendars the
+    target store has: applying refuses the whole file, naming the missing one."""
+    path = tmp_path / "tasks.yaml"
+    path.write_text(
+        "cronstore: 1\ntasks:\n"
+        "- name: a\n  task: app.a\n  timer: every 1h\n"
+        "- name: b\n  task: app.b\n  timer: every 1h\n  exclude: holidays\n",
+        encoding="utf-8",
+    )
+    refused = invoke(app, "apply", str(path), code=2)
+    assert "exclude names no calendar 'holidays'" in refused.output
+    assert store.list() == []
+    store.calendars.add("holidays", entries=["2026-12-25"])
+    invoke(app, "apply", str(path))
+    assert store.get("b").exclude == "holidays"
