@@ -157,8 +157,10 @@ class Loop:
         self._stalled_since: datetime | None = None
         self._locked_out = 0.0
         #: Whether buffered fires wait for their predecessor (overlap policy buffer_one):
-        #: beat then looks every BUFFER_POLL seconds. True at start: one look finds out.
-        self._buffered = True
+        #: beat then looks every BUFFER_POLL seconds. False at start: a buffered fire a
+        #: stopped beat left is released by the next claim of any beat (at the latest its
+        #: task's own next fire), and beat claims nothing before something is due.
+        self._buffered = False
         #: The stall as a scrape sees it, even while a tick is blocked (``beat.stall``).
         self.stall = Stall()
         self._watchdog: Watchdog | None = None

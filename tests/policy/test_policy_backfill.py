@@ -4,6 +4,7 @@ holds already, how a missed run is split, the bounds. No database, no clock, no 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -213,7 +214,8 @@ def test_every_point_no_row_holds_is_claimed_like_beat_would() -> None:
     assert plan.taken == plan.from_missed == plan.replaced == []
     for index, (claim, entry) in enumerate(zip(plan.claims, plan.entries, strict=True)):
         assert claim.task_id == entry.task_id == policy.fire_task_id(7, "poll", claim.fire_time)
-        assert claim == policy.make_claim(task, claim.fire_time, claim.task_id, 1, EVERY_MINUTE)
+        scheduled = policy.make_claim(task, claim.fire_time, claim.task_id, 1, EVERY_MINUTE)
+        assert claim == replace(scheduled, requested="backfill")  # the CronTask guard's mark
         assert entry.state == FireState.CLAIMED
         assert entry.reason == BACKFILL_REASON
         assert (entry.claimed_by, entry.claimed_at) == (NODE, NOW)
