@@ -253,7 +253,7 @@ def _operator_app(broker: str, url: str, queue: str) -> Celery:
         cronstore_url=url,
     )
 
-    app.task(name="e2e.record")(_record)
+    app.task(name="e2e.record", shared=False)(_record)
     return app
 
 
