@@ -46,7 +46,13 @@ MAX_ENTRIES = 1000
 
 
 class ExclusionError(CronstoreError, ValueError):
-    """A calendar or a task's ``exclude`` that cannot be used, with the reason."""
+    """A calendar or a task's ``exclude`` that cannot be used, with the reason; ``field``
+    names the part that is wrong (``name``, ``entries``, ``holidays``, ``exclude``), so
+    that every window shows the message next to it."""
+
+    def __init__(self, message: str, field: str = "entries") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,8 @@ def calendar_names(text: str | None) -> tuple[str, ...]:
         if not _NAME.fullmatch(name):
             raise ExclusionError(
                 f"exclude: {name!r} is not a calendar name (letters, digits, '_', '-', '.'; "
-                "names separated by commas)"
+                "names separated by commas)",
+                field="exclude",
             )
     return tuple(dict.fromkeys(names))
 
@@ -97,7 +104,8 @@ def parse_calendar(
     token and the fix."""
     if not _NAME.fullmatch(name):
         raise ExclusionError(
-            f"calendar name {name!r} must be 1 to 100 letters, digits, '_', '-' or '.'"
+            f"calendar name {name!r} must be 1 to 100 letters, digits, '_', '-' or '.'",
+            field="name",
         )
     days: list[tuple[date, date]] = []
     windows: list[tuple[datetime, datetime]] = []
@@ -130,7 +138,8 @@ def excluded_by(
         if calendar is None:
             raise ExclusionError(
                 f"exclusion calendar {name!r} does not exist: create it "
-                f"(cronstore calendar add {name} ...) or remove it from the task's exclude"
+                f"(cronstore calendar add {name} ...) or remove it from the task's exclude",
+                field="exclude",
             )
         why = calendar.why(when, zone)
         if why is not None:
@@ -186,16 +195,18 @@ def _check_holidays(code: str) -> None:
     match = _HOLIDAYS.fullmatch(code)
     if match is None:
         raise ExclusionError(
-            f"holidays {code!r}: give a country code, optionally with a region (US, US-CA, DE-BY)"
+            f"holidays {code!r}: give a country code, optionally with a region (US, US-CA, DE-BY)",
+            field="holidays",
         )
     try:
         _table(code, 2000)
     except ImportError:
         raise ExclusionError(
-            "public holidays need the holidays library: pip install 'celery-cronstore[holidays]'"
+            "public holidays need the holidays library: pip install 'celery-cronstore[holidays]'",
+            field="holidays",
         ) from None
     except NotImplementedError as exc:
-        raise ExclusionError(f"holidays {code!r}: {exc}") from None
+        raise ExclusionError(f"holidays {code!r}: {exc}", field="holidays") from None
 
 
 def _holiday(code: str, day: date) -> str | None:

@@ -21,6 +21,7 @@ from celery_cronstore.store.db import Database
 from celery_cronstore.store.schema import calendar, periodic_task
 
 __all__ = [
+    "CalendarExistsError",
     "CalendarInUseError",
     "CalendarNotFoundError",
     "Calendars",
@@ -34,6 +35,13 @@ _PT = periodic_task.c
 
 class CalendarNotFoundError(CronstoreError, LookupError):
     """No exclusion calendar has that name."""
+
+
+class CalendarExistsError(CronstoreError):
+    """A calendar of that name exists and ``replace`` was not given."""
+
+    #: The form field the refusal is about (as :class:`ExclusionError`'s ``field``).
+    field = "name"
 
 
 class CalendarInUseError(CronstoreError, ValueError):
@@ -70,7 +78,7 @@ class Calendars:
             now = self.db.now(conn)
             exists = conn.execute(sa.select(_C.id).where(_C.name == name)).first() is not None
             if exists and not replace:
-                raise CronstoreError(
+                raise CalendarExistsError(
                     f"a calendar named {name!r} already exists: give --replace to replace it"
                 )
             if exists:

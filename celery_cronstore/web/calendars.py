@@ -98,17 +98,8 @@ def entry_lines(text: str) -> list[str]:
 
 def field_of(exc: Exception) -> str:
     """Return the form field a refusal of ``Calendars.add`` is about (``_form``: none)."""
-    named = getattr(exc, "field", None)
-    if isinstance(named, str) and named in FIELDS:
-        return named
-    text = str(exc)
-    if text.startswith(("calendar name", "a calendar named")):
-        return "name"
-    if text.startswith(("holidays", "public holidays")):
-        return "holidays"
-    if text.startswith("calendar "):  # an entry, too many entries, an empty calendar
-        return "entries"
-    return "_form"
+    named = getattr(exc, "field", None)  # every refusal of the store names its field
+    return named if isinstance(named, str) and named in FIELDS else "_form"
 
 
 def _values_of(found: Calendar) -> dict[str, str]:

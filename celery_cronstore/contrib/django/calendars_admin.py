@@ -51,17 +51,8 @@ def _actor(request: HttpRequest) -> str:
 
 def field_of(exc: Exception) -> str | None:
     """Return the form field a refusal of ``Calendars.add`` is about (``None``: the form)."""
-    named = getattr(exc, "field", None)
-    if isinstance(named, str) and named in FIELDS:
-        return named
-    text = str(exc)
-    if text.startswith(("calendar name", "a calendar named")):
-        return "name"
-    if text.startswith(("holidays", "public holidays")):
-        return "holidays"
-    if text.startswith("calendar "):  # an entry, too many entries, an empty calendar
-        return "entries"
-    return None
+    named = getattr(exc, "field", None)  # every refusal of the store names its field
+    return named if isinstance(named, str) and named in FIELDS else None
 
 
 class CalendarForm(forms.ModelForm):  # type: ignore[misc]  # Django ships no types
