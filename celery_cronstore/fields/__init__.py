@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from celery_cronstore.fields.values import (
+    INSTANT_WANTS,
     TEXT_BYTES,
     FieldValueError,
     check_text,
@@ -302,7 +303,7 @@ def _jitter(value: Any) -> str | None:
 
 
 _SECONDS = "a non-negative number of seconds"
-_INSTANT = "an ISO-8601 instant with its offset (e.g. 2027-01-01T09:00:00+01:00 or ...Z)"
+_INSTANT = INSTANT_WANTS
 
 #: The editable fields, in the order forms show them. Read it through :func:`table`.
 FIELDS: list[Field] = [

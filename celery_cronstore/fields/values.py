@@ -9,7 +9,17 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["TEXT_BYTES", "FieldValueError", "check_text", "instant", "json_ready"]
+__all__ = [
+    "INSTANT_WANTS",
+    "TEXT_BYTES",
+    "FieldValueError",
+    "check_text",
+    "instant",
+    "json_ready",
+]
+
+#: What an instant must be, as every window says it.
+INSTANT_WANTS = "an ISO-8601 instant with its offset (e.g. 2027-01-01T09:00:00+01:00 or ...Z)"
 
 #: Longest text a ``Text`` column holds on every backend (MySQL/MariaDB ``TEXT``: bytes).
 TEXT_BYTES = 65_535

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from celery_cronstore import policy
 from celery_cronstore.errors import CronstoreError
 from celery_cronstore.fields import FieldValueError, check_text
-from celery_cronstore.fields.values import instant
+from celery_cronstore.fields.values import INSTANT_WANTS, instant
 from celery_cronstore.policy import pause as rule
 from celery_cronstore.records import EPOCH, PeriodicTask
 from celery_cronstore.states import FireState
@@ -72,7 +72,7 @@ class StorePause:
         long, an end not in the future or an unknown resume choice.
         """
         text = check_text("note", note, max_chars=rule.NOTE_CHARS).strip()
-        end = None if until is None or until == "" else instant("until", until, _INSTANT)
+        end = None if until is None or until == "" else instant("until", until, INSTANT_WANTS)
         with self.db.begin() as conn:
             task = to_task(self._row(conn, name, lock=True))
             now = self.db.now(conn)
@@ -136,9 +136,6 @@ def resume_in(
         values["last_fire"] = resumed.last_fire
     _write(conn, task, values, now)
     return conn.execute(sa.select(periodic_task).where(_PT.id == task.id)).one()
-
-
-_INSTANT = "an ISO-8601 instant with its offset (e.g. 2027-01-01T09:00:00+01:00 or ...Z)"
 
 
 def _skipped(entry: policy.Entry | None) -> policy.Entry | None:
