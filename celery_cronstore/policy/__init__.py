@@ -32,6 +32,7 @@ from celery_cronstore.policy.edit import (
     unclaimed,
 )
 from celery_cronstore.policy.fires import (
+    RUN_NOW_REASON,
     Entry,
     Plan,
     RowUpdate,
@@ -100,6 +101,7 @@ __all__ = [
     "OPTION_KEYS",
     "REPLAN_FIELDS",
     "RESERVED_HEADERS",
+    "RUN_NOW_REASON",
     "STARTABLE",
     "WALK_LIMIT",
     "WORKER_RUNNING",

@@ -39,7 +39,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from celery_cronstore.errors import CronstoreError, TimerSyntaxError
-from celery_cronstore.policy.fires import Entry, fire_task_id, make_claim, missed_entry
+from celery_cronstore.policy.fires import (
+    RUN_NOW_REASON,
+    Entry,
+    fire_task_id,
+    make_claim,
+    missed_entry,
+)
 from celery_cronstore.records import Claim, PeriodicTask
 from celery_cronstore.states import FireState
 from celery_cronstore.timers import Timer
@@ -61,6 +67,7 @@ __all__ = [
     "offset",
     "plan_backfill",
     "read_instant",
+    "requested_by",
     "within_bounds",
 ]
 
@@ -74,6 +81,18 @@ COUNT_LIMIT = 100_000
 BACKFILL_REASON = "backfill requested"
 #: The reason of a backfilled fire that was recorded missed.
 FROM_MISSED_REASON = "backfill requested (it was recorded missed)"
+
+
+def requested_by(reason: str | None) -> str | None:
+    """Return which hand request a claimed ledger row stands for, from its reason
+    (``"run-now"``, ``"backfill"``), or ``None`` for a scheduled fire: a beat that takes a
+    lapsed claim over sends it with the same ``cronstore_requested`` mark as its claimer."""
+    if reason == RUN_NOW_REASON:
+        return "run-now"
+    if reason in (BACKFILL_REASON, FROM_MISSED_REASON):
+        return "backfill"
+    return None
+
 
 _TICK = timedelta(microseconds=1)
 _UNPUBLISHED = "not published: "

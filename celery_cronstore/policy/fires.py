@@ -138,6 +138,10 @@ def missed_entry(
     )
 
 
+#: The reason of a run-now fire's ledger row.
+RUN_NOW_REASON = "run-now requested"
+
+
 def make_claim(
     task: PeriodicTask, when: datetime, task_id: str, attempt: int, timer: Timer | None
 ) -> Claim:

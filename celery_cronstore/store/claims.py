@@ -291,7 +291,7 @@ class Claimer:
                 fire_time=now,
                 task_id=policy.fire_task_id(task.id, task.name, now),
                 state=FireState.CLAIMED,
-                reason="run-now requested",
+                reason=policy.RUN_NOW_REASON,
                 claimed_by=self.node,
                 lease_until=now + self.lease,
                 claimed_at=now,

@@ -13,12 +13,14 @@ back on purpose (never started, or re-run after their worker went silent:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from celery_cronstore import policy
+from celery_cronstore.policy.backfill import requested_by
 from celery_cronstore.records import Claim
 from celery_cronstore.states import FireState
 from celery_cronstore.store.db import Database
@@ -80,6 +82,7 @@ class TakeOver:
         claim = policy.make_claim(
             task, m[_F.fire_time], m[_F.task_id], m[_F.attempts] + 1, timer_or_none(task)
         )
+        claim = replace(claim, requested=requested_by(m[_F.reason]))  # run-now, backfill
         decision = policy.decide_take_over(
             policy.TakeOverSnapshot(
                 now=now,

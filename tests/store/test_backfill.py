@@ -198,3 +198,27 @@ def test_only_the_task_s_own_fire_times_inside_its_bounds(store: Store, clock: F
     assert done.plan.fire_times == [m(3), m(4), m(5), m(6)]
     assert (done.start, done.end) == (m(0), m(10))  # the range asked for
     assert claim_range(Claimer(store, "cli-1"), "bounded", m(7), m(9)).plan.fire_times == []
+
+
+def test_a_taken_over_backfill_or_run_now_claim_keeps_its_requested_mark(
+    store: Store, clock: FrozenClock
+) -> None:
+    """A beat that takes a lapsed hand-requested claim over sends it as asked for by hand
+    (``cronstore_requested``), as its claimer would have: the worker's guard must not drop
+    it as early or superseded; a scheduled fire taken over stays unmarked."""
+    store.add("poll", task="t.poll", timer="every 1m")
+    clock.set(m(5) + timedelta(seconds=1))
+    cli = Claimer(store, "cli-1", lease=30)
+    claim_range(cli, "poll", m(2), m(3))  # the CLI dies before publishing them
+    ran = cli.claim_now("poll")
+    assert ran.requested == "run-now"
+    (scheduled,) = Claimer(store, "beat-0", lease=30).claim_due().claims
+    assert scheduled.requested is None
+    clock.set(m(6) + timedelta(seconds=40))
+    again = Claimer(store, "beat-1", lease=30).reclaim_expired()
+    assert sorted((c.fire_time, c.requested) for c in again) == [
+        (m(2), "backfill"),
+        (m(3), "backfill"),
+        (m(5), None),
+        (ran.fire_time, "run-now"),
+    ]
