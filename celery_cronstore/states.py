@@ -142,4 +142,6 @@ BEAT_OUTCOMES = (
     FireState.EXPIRED,
     FireState.DROPPED,
     FireState.SKIPPED,
+    FireState.BUFFERED,
+    FireState.REPLACED,
 )

@@ -331,14 +331,21 @@ class Claimer:
                 self._plan_row(conn, row, now, batch)
             write_ledger(conn, batch, now, self._plan)
             write_rows(conn, batch)
-            revoke = mark_replaced(conn, batch.replaced(), now)
+            replaced = batch.replaced()
+            revoke = mark_replaced(conn, replaced, now)
             released, waiting = release_buffered(
                 self.db, conn, now, node=self.node, lease=self.lease
             )
             faults.hit("before_claim_commit")
         claims = sorted(batch.claims() + released, key=lambda c: c.fire_time)
+        ended = set(revoke)  # the fires in flight this batch recorded replaced
+        recorded = batch.recorded() + [
+            (FireState.REPLACED, name, 1)
+            for task, name, when, _ in replaced
+            if policy.fire_task_id(task, name, when) in ended
+        ]
         return TickResult(
-            now, claims, len(rows), batch.errors, batch.recorded(), revoke=revoke, buffered=waiting
+            now, claims, len(rows), batch.errors, recorded, revoke=revoke, buffered=waiting
         )
 
     def _plan(

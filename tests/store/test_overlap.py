@@ -29,7 +29,9 @@ def test_buffer_one_holds_one_fire_and_sends_it_when_the_running_one_ends(
     replicas[0].mark_published([first])
     assert runs.start_fire(store.db, first.task_id, node="w1").started
     clock.set(at(20))
-    assert replicas[1].claim_due().claims == []  # 20 buffered behind 10
+    held = replicas[1].claim_due()
+    assert held.claims == []  # 20 buffered behind 10
+    assert held.recorded == [(FireState.BUFFERED, "b", 1)]  # counted by beat's metric
     clock.set(at(30))
     result = replicas[2].claim_due()
     assert result.claims == []
@@ -88,6 +90,7 @@ def test_replace_claims_the_new_fire_and_records_the_running_one_replaced(
     result = replicas[1].claim_due()
     assert [c.fire_time for c in result.claims] == [at(20)]
     assert result.revoke == [policy.fire_task_id(task.id, "r", at(10))]
+    assert sorted(result.recorded) == [(FireState.CLAIMED, "r", 1), (FireState.REPLACED, "r", 1)]
     old = {f.fire_time: f for f in store.history("r")}[at(10)]
     assert old.state == FireState.REPLACED
     assert old.reason == f"replaced by fire {at(20).isoformat()} (overlap policy replace)"
@@ -100,3 +103,4 @@ def test_replace_claims_the_new_fire_and_records_the_running_one_replaced(
     again = replicas[2].claim_due()
     assert [c.fire_time for c in again.claims] == [at(30)]
     assert again.revoke == []
+    assert again.recorded == [(FireState.CLAIMED, "r", 1)]
