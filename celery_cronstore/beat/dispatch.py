@@ -219,7 +219,12 @@ class Dispatcher:
     @staticmethod
     def _shape(claim: Claim, guarded: bool) -> tuple[str, bool, str]:
         """Return what makes fires share a template: the task, the guard, the options."""
-        return claim.task, guarded, json.dumps(claim.options, sort_keys=True, default=repr)
+        options = claim.options
+        return (
+            claim.task,
+            guarded,
+            json.dumps(options, sort_keys=True, default=repr) if options else "",
+        )
 
     def _templated(self, claim: Claim, guarded: bool, options: dict[str, Any]) -> bool:
         """Send ``claim`` from its shape's template (``beat.template``); return whether it

@@ -56,7 +56,7 @@ from celery_cronstore.store.pause import resume_in
 from celery_cronstore.store.peers import PeerGuard
 from celery_cronstore.store.refusal import SendCheck, timer_or_none
 from celery_cronstore.store.restore import Restored, restore
-from celery_cronstore.store.rows import to_task
+from celery_cronstore.store.rows import read_task, to_task
 from celery_cronstore.store.schema import fire, periodic_task
 from celery_cronstore.store.seam import NullSeam, TaskSeam
 from celery_cronstore.store.store import Store
@@ -256,13 +256,16 @@ class Claimer:
             logger.info("beat: %s; looking again", exc)
             return TickResult(self.db.now(), [], 1, [], conflict=True)
 
-    def problem(self, task: PeriodicTask, row: sa.Row[Any]) -> str | None:
-        """Return why ``task`` (read as ``row``) must not be planned, or ``None`` if it may.
+    def problem(
+        self, task: PeriodicTask, row: sa.Row[Any], problems: list[str] | None = None
+    ) -> str | None:
+        """Return why ``task`` (read as ``row``, its JSON ``problems`` read with it if
+        given) must not be planned, or ``None`` if it may.
 
         The refusals of a send (:class:`~celery_cronstore.store.refusal.SendCheck`) and a
         timer that does not parse; a reason names the fix.
         """
-        refused = self.check.refusal(task, row)
+        refused = self.check.refusal(task, row, problems)
         if refused is not None:
             return refused
         try:
@@ -376,16 +379,16 @@ class Claimer:
     def _plan_row(self, conn: sa.Connection, row: sa.Row[Any], now: datetime, batch: Batch) -> None:
         """Plan one due row; whatever is wrong with it, only this row is affected."""
         try:
-            task = to_task(row)
+            task, problems = read_task(row)
             at = as_of(task, now)
             if task.paused_at is not None:  # planned for its resume: resume it, or wait
                 if task.paused_until is None or task.paused_until > at:
                     batch.items.append(Item(task, policy.Plan(policy.RowUpdate(task.paused_until))))
                     return
                 row = resume_in(conn, task, at)
-                task = to_task(row)
+                task, problems = read_task(row)
                 logger.info("beat: periodic task %r resumed (its pause ended)", task.name)
-            reason = self.problem(task, row)
+            reason = self.problem(task, row, problems)
             if reason is None:
                 planned = self._plan(conn, task, at)
                 held = self.peers.refusal(conn, task, now)

@@ -29,11 +29,16 @@ class SendCheck:
         self.allowlist = allowlist
         self.seam = seam
 
-    def refusal(self, task: PeriodicTask, row: sa.Row[Any]) -> str | None:
-        """Return why a fire of ``task`` (read as ``row``) must not be sent, or ``None``."""
-        refused = policy.send_refusal(
-            task.task, json_problems(row), self.allowlist, self.seam.registered
-        )
+    def refusal(
+        self, task: PeriodicTask, row: sa.Row[Any], problems: list[str] | None = None
+    ) -> str | None:
+        """Return why a fire of ``task`` (read as ``row``) must not be sent, or ``None``.
+
+        ``problems``: the row's JSON problems if the caller read them with the task
+        (:func:`~celery_cronstore.store.rows.read_task`), else they are read here."""
+        if problems is None:
+            problems = json_problems(row)
+        refused = policy.send_refusal(task.task, problems, self.allowlist, self.seam.registered)
         if refused is None:
             refused = self.seam.call_problem(task.task, task.args, task.kwargs)
         return refused

@@ -28,6 +28,7 @@ __all__ = [
     "insert_entry",
     "json_problems",
     "owner_values",
+    "read_task",
     "refuse_past",
     "summarize",
     "timer_key",
@@ -48,28 +49,48 @@ def _json_or_error(text: str | None, default: Any, column: str, errors: list[str
 
 def json_problems(row: sa.Row[Any]) -> list[str]:
     """Return what is wrong with a row's JSON columns (written by raw SQL), if anything."""
-    problems: list[str] = []
-    m = row._mapping
-    for column, default in (("args", []), ("kwargs", {}), ("options", {})):
-        before = len(problems)
-        value = _json_or_error(m[column], default, column, problems)
-        if len(problems) == before and not isinstance(value, type(default)):
-            kind = "array" if isinstance(default, list) else "object"
-            problems.append(f"{column} must be a JSON {kind}, got {type(value).__name__}")
-        elif column == "options" and isinstance(value, dict):
-            problems.extend(option_problems(value))
-    return problems
+    return read_task(row)[1]
+
+
+def _shape_problems(column: str, value: Any, default: Any, problems: list[str]) -> None:
+    """Add why a parsed JSON column's value cannot be used (wrong kind, bad options)."""
+    if not isinstance(value, type(default)):
+        kind = "array" if isinstance(default, list) else "object"
+        problems.append(f"{column} must be a JSON {kind}, got {type(value).__name__}")
+    elif column == "options":
+        problems.extend(option_problems(value))
 
 
 def to_task(row: sa.Row[Any]) -> PeriodicTask:
     """Build a :class:`PeriodicTask` from a ``periodic_task`` row (bad JSON -> ``error``)."""
+    return read_task(row)[0]
+
+
+def read_task(row: sa.Row[Any]) -> tuple[PeriodicTask, list[str]]:
+    """Return the :class:`PeriodicTask` of a ``periodic_task`` row and what is wrong with
+    its JSON columns (:func:`json_problems`), each column parsed once (beat reads both for
+    every due row)."""
     m = row._mapping
-    problems: list[str] = []
-    args = _json_or_error(m["args"], [], "args", problems)
-    kwargs = _json_or_error(m["kwargs"], {}, "kwargs", problems)
-    options = _json_or_error(m["options"], {}, "options", problems)
-    resume = _json_or_error(m["resume_state"], None, "resume_state", problems)
-    error = m["error"] or ("; ".join(problems) if problems else None)
+    parsed: list[str] = []  # what does not parse: the task's error, as before
+    problems: list[str] = []  # that, and the values of the wrong kind: the send refusal
+    values: list[Any] = []
+    for column, default in (("args", []), ("kwargs", {}), ("options", {})):
+        before = len(parsed)
+        value = _json_or_error(m[column], default, column, parsed)
+        if len(parsed) > before:
+            problems.append(parsed[-1])
+        else:
+            _shape_problems(column, value, default, problems)
+        values.append(value)
+    args, kwargs, options = values
+    resume = _json_or_error(m["resume_state"], None, "resume_state", parsed)
+    error = m["error"] or ("; ".join(parsed) if parsed else None)
+    return _task(m, args, kwargs, options, resume, error), problems
+
+
+def _task(
+    m: Mapping[Any, Any], args: Any, kwargs: Any, options: Any, resume: Any, error: str | None
+) -> PeriodicTask:
     return PeriodicTask(
         id=m["id"],
         name=m["name"],
