@@ -5,8 +5,10 @@ A document is plain data, the same in JSON and YAML::
     {"cronstore": 1,
      "tasks": [{"name": "report", "task": "app.report", "timer": "0 9 * * *",
                 "kind": "cron", "tz": "Europe/Berlin", "enabled": true, ...,
-                "owner": "tenant:42",
-                "state": {"source": "cli", "next_run": "2026-03-03T08:00:00Z", ...}}]}
+                "exclude": "xmas", "owner": "tenant:42",
+                "state": {"source": "cli", "next_run": "2026-03-03T08:00:00Z", ...}}],
+     "calendars": [{"name": "xmas", "entries": ["2026-12-24..2026-12-26"],
+                    "holidays": null, "description": "Christmas"}]}
 
 * ``cronstore`` is the format's version (``1``): a reader refuses any other, so that a
   file written by a later release is never half understood;
@@ -20,7 +22,12 @@ A document is plain data, the same in JSON and YAML::
   ``last_fire``, ``total_run_count``, ``error``, ``version``; times UTC ISO-8601). A
   reader ignores it, except ``state.last_fire``, which becomes the incoming task's
   ``last_run_at``: a task moved from one store to another starts after the fire it last
-  sent there, so nothing fires twice (and on the same store it changes nothing).
+  sent there, so nothing fires twice (and on the same store it changes nothing);
+* ``calendars`` (optional; added in version 1, so older files read as before) are the
+  exclusion calendars the tasks' ``exclude`` names, each as stored (``name``, ``entries``,
+  ``holidays``, ``description``), sorted by name: an export of the whole store writes
+  every calendar, so a file applied to a fresh store brings its calendars with it. How
+  they are read and planned, and what ``--prune`` does with them: :mod:`.calendars`.
 
 A task entry may leave fields out: they keep their stored value (or, for a new task,
 their default). Unknown keys refuse that entry (a typo must not be dropped silently);
@@ -35,13 +42,16 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from celery_cronstore import fields
-from celery_cronstore.adopt.records import Incoming, Read, Refused
+from celery_cronstore.adopt.calendars import FileCalendar, export_calendars, read_calendars
+from celery_cronstore.adopt.records import DocumentError, Incoming, Read, Refused
+from celery_cronstore.policy.exclusions import CalendarText
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.timers.once import format_instant
 
@@ -49,12 +59,14 @@ __all__ = [
     "FORMATS",
     "STATE",
     "VERSION",
+    "Document",
     "DocumentError",
     "dump",
     "export_document",
     "format_of",
     "load_file",
     "load_text",
+    "parse_document",
     "read_document",
 ]
 
@@ -65,23 +77,34 @@ FORMATS = ("json", "yaml")
 #: The read-only keys of an entry's ``state`` mapping.
 STATE = ("source", "next_run", "last_fire", "total_run_count", "error", "version")
 
-_TOP = ("cronstore", "tasks")
+_TOP = ("cronstore", "tasks", "calendars")
 _FIX = "see `cronstore export` for the format"
 
 
-class DocumentError(ValueError):
-    """A document that cannot be read at all; the message names the problem and the fix."""
+@dataclass(frozen=True)
+class Document:
+    """What a file says: its task entries, and its calendars (``None``: the file has no
+    ``calendars`` key, and leaves the stored calendars as they are)."""
+
+    tasks: list[Read]
+    calendars: list[FileCalendar] | None = None
 
 
 # -- writing --------------------------------------------------------------------------------
 
 
-def export_document(tasks: Sequence[PeriodicTask]) -> dict[str, Any]:
-    """Return the document of ``tasks`` (sorted by name: the same store, the same file)."""
-    return {
+def export_document(
+    tasks: Sequence[PeriodicTask], calendars: Iterable[CalendarText] | None = None
+) -> dict[str, Any]:
+    """Return the document of ``tasks`` (sorted by name: the same store, the same file)
+    and, unless ``None``, of ``calendars`` (sorted by name too; ``[]`` writes the key)."""
+    document: dict[str, Any] = {
         "cronstore": VERSION,
         "tasks": [_entry(task) for task in sorted(tasks, key=lambda t: t.name)],
     }
+    if calendars is not None:
+        document["calendars"] = export_calendars(calendars)
+    return document
 
 
 def _entry(task: PeriodicTask) -> dict[str, Any]:
@@ -237,10 +260,17 @@ def read_document(data: Any, origin: str) -> list[Read]:
 
     ``origin`` names the file in messages. Raise :class:`DocumentError` for a document
     that is not one (wrong top level, version, an entry that is not a mapping or has no
-    name): nothing of it can be trusted, and a missing name would let ``--prune`` remove
-    the task it meant. A bad value of one entry is left to
-    :func:`~celery_cronstore.adopt.plan.make_plan`, which refuses that entry alone.
+    name, a ``calendars`` list of the wrong shape): nothing of it can be trusted, and a
+    missing name would let ``--prune`` remove the task it meant. A bad value of one entry
+    is left to :func:`~celery_cronstore.adopt.plan.make_plan`, which refuses that entry
+    alone. :func:`parse_document` returns the calendars too.
     """
+    return parse_document(data, origin).tasks
+
+
+def parse_document(data: Any, origin: str) -> Document:
+    """Return the tasks and calendars of a document; refuse it as :func:`read_document`
+    does (and a calendar as :func:`~celery_cronstore.adopt.calendars.read_calendars`)."""
     if not isinstance(data, Mapping):
         raise DocumentError(
             f"{origin} is not a cronstore file: expected a mapping with 'cronstore: "
@@ -250,7 +280,7 @@ def read_document(data: Any, origin: str) -> list[Read]:
     if unknown:
         raise DocumentError(
             f"{origin}: unknown top-level key(s) {', '.join(unknown)}: a cronstore file has "
-            "only 'cronstore' (the format version) and 'tasks'"
+            "only 'cronstore' (the format version), 'tasks' and 'calendars'"
         )
     if "cronstore" not in data:
         raise DocumentError(
@@ -269,7 +299,9 @@ def read_document(data: Any, origin: str) -> list[Read]:
             f"{origin}: 'tasks' must be a list of task entries, got {_kind(tasks)}: give "
             "'tasks: []' for none"
         )
-    return [_read_entry(entry, f"{origin}: tasks[{i}]") for i, entry in enumerate(tasks)]
+    calendars = read_calendars(data["calendars"], origin) if "calendars" in data else None
+    entries = [_read_entry(entry, f"{origin}: tasks[{i}]") for i, entry in enumerate(tasks)]
+    return Document(entries, calendars)
 
 
 def _kind(value: Any) -> str:

@@ -21,7 +21,11 @@ Rules, the same for every source:
 * a row the source could not map, or whose values fail validation, is **refused**, with
   the reason; the rest still comes over; a name read twice is refused the second time;
 * with ``prune``, stored tasks the source no longer names (among those ``prunable`` says
-  may go) are **removed**.
+  may go) are **removed**;
+* for ``apply`` and ``check`` (given the stored calendars), a file's exclusion calendars
+  are planned too (:mod:`celery_cronstore.adopt.calendars`, :attr:`Plan.calendars`): a
+  task naming a calendar the file refuses is **refused** with it, and a task whose new
+  ``exclude`` names a calendar neither the file nor the store has is **refused**.
 
 Only the fields an incoming task gives are compared: a field left out keeps its stored
 value (or, for a new task, its default). What a stored task already is is never a reason
@@ -39,8 +43,11 @@ from datetime import datetime
 from typing import Any
 
 from celery_cronstore import fields
+from celery_cronstore.adopt import calendars as calendar_plan
+from celery_cronstore.adopt.calendars import CalendarChange, FileCalendar
 from celery_cronstore.adopt.records import Incoming, Read, Refused
 from celery_cronstore.errors import CronstoreError
+from celery_cronstore.policy.exclusions import CalendarText
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.timers import parse_timer
 
@@ -104,28 +111,48 @@ class Change:
 
 @dataclass(frozen=True)
 class Plan:
-    """Every change, in the order read (removals last)."""
+    """Every change, in the order read (removals last), and the calendars' changes (a
+    file's, written before the tasks that name them)."""
 
     changes: tuple[Change, ...]
+    calendars: tuple[CalendarChange, ...] = ()
 
     def counts(self) -> dict[str, int]:
-        """Return how many changes have each action (every action, zeros included)."""
+        """Return how many task changes have each action (every action, zeros included)."""
         seen = Counter(c.action for c in self.changes)
         return {action: seen.get(action, 0) for action in ACTIONS}
 
+    def calendar_counts(self) -> dict[str, int]:
+        """Return how many calendar changes have each action (zeros included)."""
+        return calendar_plan.counts(self.calendars)
+
     @property
     def writes(self) -> list[Change]:
-        """Return the changes that write the store."""
+        """Return the task changes that write the store."""
         return [c for c in self.changes if c.writes]
 
     @property
-    def refused(self) -> list[Change]:
-        """Return the changes that did not go through (refusals and conflicts)."""
-        return [c for c in self.changes if c.action in ("refuse", "conflict")]
+    def calendar_writes(self) -> list[CalendarChange]:
+        """Return the calendar changes that write the store."""
+        return [c for c in self.calendars if c.writes]
+
+    @property
+    def refused(self) -> list[Change | CalendarChange]:
+        """Return the changes that did not go through (refusals and conflicts), the
+        calendars' first."""
+        refused: list[Change | CalendarChange] = [c for c in self.calendars if c.action == "refuse"]
+        return refused + [c for c in self.changes if c.action in ("refuse", "conflict")]
 
     def as_json(self) -> dict[str, Any]:
         """Return the whole plan as plain JSON data."""
-        return {"counts": self.counts(), "changes": [c.as_json() for c in self.changes]}
+        return {
+            "counts": self.counts(),
+            "changes": [c.as_json() for c in self.changes],
+            "calendars": {
+                "counts": self.calendar_counts(),
+                "changes": [c.as_json() for c in self.calendars],
+            },
+        }
 
 
 def make_plan(
@@ -138,6 +165,8 @@ def make_plan(
     manage_all: bool = False,
     prune: bool = False,
     prunable: Callable[[PeriodicTask], bool] | None = None,
+    calendars: Sequence[FileCalendar] | None = None,
+    stored_calendars: Mapping[str, CalendarText] | None = None,
 ) -> Plan:
     """Compare what a source read with the stored tasks; return the :class:`Plan`.
 
@@ -145,6 +174,12 @@ def make_plan(
     are updated unless ``manage_all`` (``apply``). ``check_task`` says why beat would not
     send a task (not registered, args that do not fit). With ``prune``, stored tasks not
     read are removed if ``prunable`` says so (default: those with the ``source`` tag).
+
+    With ``stored_calendars`` (the calendars stored now, by name) a file's ``calendars``
+    (``None``: it has no such key) are planned as well, and each task's ``exclude`` is
+    checked against them (:func:`~celery_cronstore.adopt.calendars.exclude_problem`);
+    with ``prune`` and a ``calendars`` key, stored calendars the file does not list and no
+    task names afterwards are removed. Without it (``import``) calendars are not planned.
     """
     changes: list[Change] = []
     named: set[str] = set()
@@ -166,7 +201,54 @@ def make_plan(
         for name, task in current.items():
             if name not in named and keep(task):
                 changes.append(Change("remove", name, reason="not in the source"))
-    return Plan(tuple(changes))
+    if stored_calendars is None:
+        return Plan(tuple(changes))
+    changes = _check_excludes(changes, current, calendars or (), stored_calendars)
+    after = _named_after(changes, current)
+    planned = calendar_plan.plan_calendars(calendars, stored_calendars, prune=prune, named=after)
+    return Plan(tuple(changes), planned)
+
+
+def _named_after(changes: Sequence[Change], current: Mapping[str, PeriodicTask]) -> set[str]:
+    """Return the calendars the tasks name once ``changes`` are carried out."""
+    excludes = {name: task.exclude for name, task in current.items()}
+    for change in changes:
+        if change.action == "remove":
+            excludes.pop(change.name, None)
+        elif change.action in ("create", "update") and change.incoming is not None:
+            excludes[change.name] = change.incoming.values.get("exclude", excludes.get(change.name))
+    return {name for text in excludes.values() for name in calendar_plan.names_in(text)}
+
+
+def _check_excludes(
+    changes: Sequence[Change],
+    current: Mapping[str, PeriodicTask],
+    calendars: Sequence[FileCalendar],
+    stored: Mapping[str, CalendarText],
+) -> list[Change]:
+    """Return ``changes`` with the tasks refused whose ``exclude`` names a calendar the
+    file refuses, or (a new ``exclude``) one that neither the file nor the store has."""
+    good = {c.name for c in calendars if c.text is not None}
+    refused = {c.name for c in calendars if c.text is None} - good
+    known = good | set(stored)
+    out: list[Change] = []
+    for change in changes:
+        incoming = change.incoming
+        if incoming is None or change.action not in ("create", "update", "unchanged"):
+            out.append(change)
+            continue
+        stored_task = current.get(change.name)
+        if "exclude" in incoming.values:
+            exclude = incoming.values["exclude"]
+        else:
+            exclude = stored_task.exclude if stored_task is not None else None
+        # What a stored task already names is not refused for being what it is.
+        new = change.action == "create" or "exclude" in change.fields
+        problem = calendar_plan.exclude_problem(exclude, refused, known if new else None)
+        if problem is not None:
+            change = Change("refuse", change.name, change.origin, reason=problem)
+        out.append(change)
+    return out
 
 
 def _one(

@@ -2,7 +2,8 @@
 
 Pure records. A reader (:mod:`celery_cronstore.adopt.sources`) maps each of the peer's
 rows to one of these; :mod:`celery_cronstore.adopt.plan` validates and compares them with
-the store.
+the store. :class:`DocumentError` is the refusal of a whole export/apply file (here, so
+that both parts of the file format, :mod:`.document` and :mod:`.calendars`, raise it).
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["Incoming", "Read", "ReadContext", "Refused"]
+__all__ = ["DocumentError", "Incoming", "Read", "ReadContext", "Refused"]
+
+
+class DocumentError(ValueError):
+    """A document that cannot be read at all; the message names the problem and the fix."""
 
 
 @dataclass(frozen=True)

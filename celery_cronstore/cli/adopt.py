@@ -70,10 +70,11 @@ def report(
     """Print ``plan`` (what was written, or with ``done`` None what would be) and exit 1 if
     anything was refused.
 
-    ``unchanged=False`` leaves out the lines of unchanged tasks (``apply``: a file names
-    every task, only changes are news; the counts still say how many). ``held`` says why
-    nothing was written although this was no dry run (``apply`` writes a file whole or
-    not at all).
+    Calendar changes (``apply``) come first, as they are written first, and the last line
+    counts them after the tasks. ``unchanged=False`` leaves out the lines of unchanged
+    tasks and calendars (``apply``: a file names every task, only changes are news; the
+    counts still say how many). ``held`` says why nothing was written although this was
+    no dry run (``apply`` writes a file whole or not at all).
     """
     verb = "would " if done is None else ""
     if as_json or get_settings(ctx).as_json:
@@ -84,6 +85,9 @@ def report(
             data["held"] = held
         click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
     else:
+        for calendar in plan.calendars:  # written first: the tasks name them
+            if calendar.action != "unchanged" or unchanged:
+                click.echo(calendar.line())
         for change in plan.changes:
             if change.action == "unchanged" and not unchanged:
                 continue
@@ -94,13 +98,18 @@ def report(
         for warning in warnings:
             click.echo(f"warning: {warning}")
         counts = ", ".join(f"{n} {action}" for action, n in plan.counts().items() if n)
+        if plan.calendars:
+            shown = ", ".join(f"{n} {a}" for a, n in plan.calendar_counts().items() if n)
+            calendars = f"; {len(plan.calendar_writes)} calendar(s): {shown}"
+        else:
+            calendars = ""
         writes = len(plan.writes)
-        if writes == 0 and not plan.refused:
+        if writes == 0 and not plan.calendar_writes and not plan.refused:
             click.echo("no changes")
         if held is not None:
-            click.echo(f"wrote nothing ({counts or 'nothing read'}): {held}")
+            click.echo(f"wrote nothing ({counts or 'nothing read'}{calendars}): {held}")
         else:
-            click.echo(f"{verb}write {writes} task(s): {counts or 'nothing read'}")
+            click.echo(f"{verb}write {writes} task(s): {counts or 'nothing read'}{calendars}")
     if plan.refused:
         ctx.exit(EXIT_FAILED)
 

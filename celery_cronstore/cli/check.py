@@ -2,8 +2,9 @@
 
 ``check [--beat-schedule/--no-beat-schedule] [--file FILE ...] [--rows/--no-rows]``
 validates the app's ``beat_schedule`` entries, files for ``apply`` (read as complete
-definitions, against an empty store) and the stored rows (timer, registered task, args
-that fit), and prints one line per problem (``where: name: problem``) and a summary.
+definitions, calendars included, against an empty store) and the stored rows (timer,
+registered task, args that fit), and prints one line per problem (``where: name:
+problem``) and a summary.
 
 Exit status: 0 clean; 1 problems found (or ``--rows`` and the store unreachable); 2 a
 ``--file`` that cannot be read or is not a cronstore file (the other checks still run).
@@ -24,6 +25,7 @@ import sqlalchemy as sa
 
 from celery_cronstore import fields
 from celery_cronstore.adopt import document
+from celery_cronstore.adopt.calendars import CalendarChange
 from celery_cronstore.adopt.plan import make_plan
 from celery_cronstore.beat.schedule_sync import entry_policies, timer_from_entry
 from celery_cronstore.catalog import TaskCatalog
@@ -128,22 +130,33 @@ def _beat_schedule(app: Any, catalog: TaskCatalog) -> tuple[list[Problem], list[
     return problems, [str(name) for name in schedule]
 
 
-def _file(path: str, app: Any, zone: str) -> tuple[list[Problem], int]:
-    """Return the problems ``apply`` would refuse in the file at ``path``, and its entries.
+def _file(path: str, app: Any, zone: str) -> tuple[list[Problem], str]:
+    """Return the problems ``apply`` would refuse in the file at ``path``, and what it holds.
 
     Checked as complete definitions (as ``export`` writes them): against an empty store,
-    so an entry leaving out a required field (``task``, ``timer``) is a problem.
+    so an entry leaving out a required field (``task``, ``timer``), or naming a calendar
+    the file does not carry, is a problem; its calendars are checked as ``apply`` checks
+    them (a bad one, and every task naming it, is a problem).
     """
-    reads = document.read_document(document.load_file(path), path)
+    read = document.parse_document(document.load_file(path), path)
     plan = make_plan(
-        reads,
+        read.tasks,
         {},
         source=FILE_SOURCE,
         default_tz=zone,
         check_task=task_check(app, force=False, verb="applies"),
         manage_all=True,
+        calendars=read.calendars,
+        stored_calendars={},
     )
-    return [Problem(f"file {path}", c.name, c.reason) for c in plan.refused], len(reads)
+    problems = [
+        Problem(f"file {path}", c.label if isinstance(c, CalendarChange) else c.name, c.reason)
+        for c in plan.refused
+    ]
+    held = f"{len(read.tasks)} task(s)"
+    if read.calendars is not None:
+        held += f", {len(read.calendars)} calendar(s)"
+    return problems, held
 
 
 def _row_problems(task: PeriodicTask, catalog: TaskCatalog) -> Iterator[str]:
@@ -236,7 +249,7 @@ def check(ctx: click.Context, beat_schedule: bool, files: Sequence[str], rows: b
             problems.append(Problem(f"file {path}", "-", str(exc)))
             continue
         problems += found
-        checked.append(f"{path} ({count} task(s))")
+        checked.append(f"{path} ({count})")
     stored, skipped = _stored(ctx, app, rows)
     if stored is not None:
         by_name = {task.name: task for task in stored}

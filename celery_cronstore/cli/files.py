@@ -1,13 +1,15 @@
 """``cronstore export`` and ``apply``: the schedule as a file in git.
 
 * ``export [--format json|yaml] [--output FILE]`` writes every task (every field, owner,
-  policies, and a read-only ``state``) in the format of :mod:`celery_cronstore.adopt.
-  document`, sorted by name with sorted keys: the same store gives the same bytes, so a
-  ``git diff`` of two exports shows only real changes.
+  policies, and a read-only ``state``) and every exclusion calendar in the format of
+  :mod:`celery_cronstore.adopt.document`, sorted by name with sorted keys: the same store
+  gives the same bytes, so a ``git diff`` of two exports shows only real changes.
 * ``apply FILE [--dry-run] [--prune] [--force] [--json]`` makes the store what the file
   says, through the same plan as ``import`` (:func:`~celery_cronstore.adopt.plan.
   make_plan`, every task it names managed whatever its source; new ones get source
-  ``file``). ``export | apply`` changes nothing and writes nothing.
+  ``file``). The file's calendars are written first, in the same transaction
+  (:mod:`celery_cronstore.adopt.calendars`). ``export | apply`` changes nothing and
+  writes nothing.
 * ``check`` (:mod:`celery_cronstore.cli.check`) validates files for ``apply``, without
   starting beat.
 
@@ -20,7 +22,9 @@ Decisions:
 * ``--prune`` removes the stored tasks the file does not name, **except** tasks with an
   owner (they belong to application entities: the application adds and removes them)
   and ``beat_schedule`` tasks (source ``config``: beat stores them from the app's
-  setting at start, so removing them here would not last). The report (and the dry run)
+  setting at start, so removing them here would not last); and, only when the file has a
+  ``calendars`` key, the stored calendars it does not list that no task names once it is
+  applied (a file without the key leaves calendars alone). The report (and the dry run)
   lists each removal.
 * a ``beat_schedule`` task is the app's setting's: ``apply`` may disable it or set its
   owner (beat leaves those alone), but a change of a field beat stores from the entry
@@ -46,7 +50,6 @@ import click
 from celery_cronstore import fields
 from celery_cronstore.adopt import document
 from celery_cronstore.adopt.plan import Change, Plan, make_plan
-from celery_cronstore.adopt.records import Read
 from celery_cronstore.cli.adopt import report, task_check
 from celery_cronstore.cli.base import (
     BadInputError,
@@ -93,16 +96,22 @@ def prunable(task: PeriodicTask) -> bool:
 )
 @click.pass_context
 def export(ctx: click.Context, format_: str | None, output: str | None) -> None:
-    """Write every periodic task (fields, owners, policies, state) as JSON or YAML, sorted
-    by name with sorted keys, for `apply` and for git."""
+    """Write every periodic task (fields, owners, policies, state) and every exclusion
+    calendar as JSON or YAML, sorted by name with sorted keys, for `apply` and for git."""
     chosen = format_ or (document.format_of(output, "{") if output else "json")
-    tasks = get_store(ctx).list()
-    text = document.dump(document.export_document(tasks), chosen)
+    store = get_store(ctx)
+    tasks = store.list()
+    # The whole store: every calendar (not only the ones the tasks name), so that
+    # ``apply --prune`` of the file removes no calendar the store has.
+    calendars = store.calendars.texts()
+    text = document.dump(document.export_document(tasks, calendars.values()), chosen)
     if output is None or output == STDIN:
         click.echo(text, nl=False)
         return
     _write(Path(output), text)
-    click.echo(f"exported {len(tasks)} task(s) to {output}", err=True)
+    click.echo(
+        f"exported {len(tasks)} task(s) and {len(calendars)} calendar(s) to {output}", err=True
+    )
 
 
 def _write(path: Path, text: str) -> None:
@@ -124,15 +133,15 @@ def _write(path: Path, text: str) -> None:
 # -- apply ----------------------------------------------------------------------------------
 
 
-def _reads(path: str) -> list[Read]:
-    """Return the entries of the file at ``path`` (``-``: standard input); exit 2 if it
-    is not a cronstore file."""
+def _read(path: str) -> document.Document:
+    """Return the tasks and calendars of the file at ``path`` (``-``: standard input);
+    exit 2 if it is not a cronstore file."""
     try:
         if path == STDIN:
             text = sys.stdin.read()
             data = document.load_text(text, document.format_of("", text), "standard input")
-            return document.read_document(data, "standard input")
-        return document.read_document(document.load_file(path), path)
+            return document.parse_document(data, "standard input")
+        return document.parse_document(document.load_file(path), path)
     except ValueError as exc:
         raise BadInputError(str(exc)) from None
 
@@ -171,7 +180,13 @@ def _for_apply(plan: Plan, current: Mapping[str, PeriodicTask], origin: str) -> 
         elif change.action == "remove":
             change = dataclasses.replace(change, reason=f"not in {origin} (--prune)")
         changes.append(change)
-    return Plan(tuple(changes))
+    calendars = tuple(
+        dataclasses.replace(c, reason=f"not in {origin}, no task names it (--prune)")
+        if c.action == "remove"
+        else c
+        for c in plan.calendars
+    )
+    return Plan(tuple(changes), calendars)
 
 
 @cronstore.command(cls=Command)
@@ -181,7 +196,8 @@ def _for_apply(plan: Plan, current: Mapping[str, PeriodicTask], origin: str) -> 
     "--prune",
     is_flag=True,
     help="Also remove stored tasks the file does not name, except tasks with an owner "
-    "and beat_schedule tasks.",
+    "and beat_schedule tasks; and, if the file has a calendars key, the calendars it does "
+    "not list that no task names.",
 )
 @click.option("--force", is_flag=True, help="Apply tasks the app does not register too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -189,19 +205,19 @@ def _for_apply(plan: Plan, current: Mapping[str, PeriodicTask], origin: str) -> 
 def apply(
     ctx: click.Context, file: str, dry_run: bool, prune: bool, force: bool, as_json: bool
 ) -> None:
-    """Make the stored tasks what FILE (from `export`; - for standard input) says: all of it
-    in one transaction, or nothing if any entry is refused.
+    """Make the stored tasks and calendars what FILE (from `export`; - for standard input)
+    says: all of it in one transaction, or nothing if any entry is refused.
 
     Prints one line per change (`no changes` when there is none). Exit status 0 done,
     1 an entry was refused or conflicts (nothing written), 2 FILE cannot be read or is
     not a cronstore file (nothing written).
     """
     app = get_app(ctx)
-    reads = _reads(file)  # a bad file is refused before the store is opened
+    read = _read(file)  # a bad file is refused before the store is opened
     store = get_store(ctx)
     current = {task.name: task for task in store.list()}
     plan = make_plan(
-        reads,
+        read.tasks,
         current,
         source=FILE_SOURCE,
         default_tz=Config.from_app(app).zone(app),
@@ -209,6 +225,8 @@ def apply(
         manage_all=True,
         prune=prune,
         prunable=prunable,
+        calendars=read.calendars,
+        stored_calendars=store.calendars.texts(),
     )
     plan = _for_apply(plan, current, "standard input" if file == STDIN else file)
     held = None

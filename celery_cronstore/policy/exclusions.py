@@ -32,9 +32,12 @@ from celery_cronstore.errors import CronstoreError
 __all__ = [
     "MAX_ENTRIES",
     "Calendar",
+    "CalendarText",
     "ExclusionError",
     "calendar_names",
+    "calendar_text",
     "excluded_by",
+    "missing_calendars",
     "parse_calendar",
 ]
 
@@ -79,6 +82,37 @@ class Calendar:
             if name is not None:
                 return f"{day.isoformat()} is {name} ({self.holidays})"
         return None
+
+
+@dataclass(frozen=True)
+class CalendarText:
+    """A calendar as the store keeps it and files carry it: its entries as text (each
+    stripped), its holidays code (upper case; ``None`` for none) and its description.
+    Two calendars are the same exactly when their texts are equal."""
+
+    name: str
+    entries: tuple[str, ...] = ()
+    holidays: str | None = None
+    description: str = ""
+
+
+def calendar_text(
+    name: str, entries: Iterable[str], holidays: str | None = None, description: str = ""
+) -> CalendarText:
+    """Return the canonical text of a calendar (what the store keeps of these parts);
+    raise :class:`ExclusionError` as :func:`parse_calendar` does."""
+    items = [str(entry).strip() for entry in entries]
+    parsed = parse_calendar(name, items, holidays, description)
+    return CalendarText(name, tuple(items), parsed.holidays, description)
+
+
+def missing_calendars(missing: Iterable[str]) -> str:
+    """Return the refusal of a task's ``exclude`` naming calendars that do not exist."""
+    names = list(missing)
+    return (
+        f"exclude names no calendar {', '.join(repr(m) for m in names)}: create it "
+        f"first (cronstore calendar add {names[0]} ...)"
+    )
 
 
 def calendar_names(text: str | None) -> tuple[str, ...]:

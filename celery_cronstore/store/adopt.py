@@ -8,10 +8,16 @@ fires at or before it) and its first ``next_run`` from
 same transaction, so no fire of theirs is claimed after it commits; their ledgers and rows
 are then deleted as :meth:`~celery_cronstore.store.Store.remove` deletes them, in short
 batches (interrupted, the tasks stay disabled: pruning again finishes the job).
+
+An ``apply`` plan's calendars (:mod:`celery_cronstore.adopt.calendars`) are written in the
+same transaction, through :class:`~celery_cronstore.store.calendars.Calendars` (each write
+in the audit trail): created and replaced **before** the tasks, so that a task's
+``exclude`` finds them, and removed (``--prune``) after, once no task names them.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,13 +29,20 @@ from sqlalchemy.exc import IntegrityError
 from celery_cronstore import policy
 from celery_cronstore.errors import DuplicateTaskError
 from celery_cronstore.store import audit, removal
-from celery_cronstore.store.calendars import check_names
+from celery_cronstore.store.calendars import (
+    CalendarExistsError,
+    CalendarInUseError,
+    CalendarNotFoundError,
+    Calendars,
+    check_names,
+)
 from celery_cronstore.store.retention import REMOVE_BATCH
 from celery_cronstore.store.rows import check_values, owner_values, timer_values
 from celery_cronstore.store.schema import periodic_task
 from celery_cronstore.timers import parse_timer
 
 if TYPE_CHECKING:
+    from celery_cronstore.adopt.calendars import CalendarChange
     from celery_cronstore.adopt.plan import Change, Plan
     from celery_cronstore.store.db import Database
 
@@ -44,11 +57,13 @@ _TIMER = ("timer", "kind", "tz")
 
 @dataclass(frozen=True)
 class Adopted:
-    """What a plan did: the names created, updated and removed."""
+    """What a plan did: the names created, updated and removed, and the calendars
+    created, replaced or removed."""
 
     created: tuple[str, ...]
     updated: tuple[str, ...]
     removed: tuple[str, ...]
+    calendars: tuple[str, ...] = ()
 
 
 def carry_out(
@@ -58,13 +73,19 @@ def carry_out(
 
     ``update_in`` is :meth:`Store.update_in <celery_cronstore.store.Store.update_in>`: an
     update goes through the same checks and re-planning as every other edit (and records
-    itself). Creates and removals are recorded as ``actor``'s in the same transaction.
+    itself). Creates and removals, and the calendars' writes, are recorded as ``actor``'s
+    in the same transaction.
     """
     created: list[str] = []
     updated: list[str] = []
     removed: list[str] = []
+    calendars = Calendars(db, actor)
+    written = [c for c in plan.calendar_writes if c.action != "remove"]
+    gone = [c.name for c in plan.calendar_writes if c.action == "remove"]
     with db.begin() as conn:
         now = db.now(conn)
+        for calendar_change in written:
+            _write_calendar(calendars, conn, calendar_change)
         for change in plan.writes:
             if change.action == "create":
                 _create(conn, change, source, now)
@@ -80,6 +101,8 @@ def carry_out(
                 .where(_PT.name.in_(removed))
                 .values(enabled=False, next_run=None, updated_at=now, version=_PT.version + 1)
             )
+        for name in gone:
+            _prune_calendar(calendars, conn, name, removed)
         audit.record_many(
             conn,
             actor,
@@ -89,7 +112,41 @@ def carry_out(
         )
     if removed:
         removal.remove_tasks(db, (_PT.name.in_(removed),), batch=REMOVE_BATCH)
-    return Adopted(tuple(created), tuple(updated), tuple(removed))
+    names = tuple(c.name for c in written) + tuple(gone)
+    return Adopted(tuple(created), tuple(updated), tuple(removed), names)
+
+
+def _write_calendar(calendars: Calendars, conn: sa.Connection, change: CalendarChange) -> None:
+    text = change.text
+    assert text is not None  # a create or update always carries its calendar
+    try:
+        calendars.add_in(
+            conn,
+            text.name,
+            entries=text.entries,
+            holidays=text.holidays,
+            description=text.description,
+            replace=change.action == "update",
+        )
+    except CalendarExistsError:
+        raise CalendarExistsError(
+            f"a calendar named {text.name!r} was added meanwhile; nothing was applied: apply again"
+        ) from None
+
+
+def _prune_calendar(
+    calendars: Calendars, conn: sa.Connection, name: str, removed: list[str]
+) -> None:
+    """Remove calendar ``name``, which the plan found no task names once it is carried out
+    (the tasks it removes are still rows, disabled, until their removal finishes)."""
+    users = set(calendars.users(conn, name)) - set(removed)
+    if users:
+        raise CalendarInUseError(
+            f"calendar {name!r} is excluded by {', '.join(sorted(users))} since the plan was "
+            "made; nothing was applied: apply again"
+        )
+    with contextlib.suppress(CalendarNotFoundError):  # removed meanwhile: as the file says
+        calendars.remove_in(conn, name, force=True)
 
 
 def _create(conn: sa.Connection, change: Change, source: str, now: Any) -> None:
@@ -101,7 +158,9 @@ def _create(conn: sa.Connection, change: Change, source: str, now: Any) -> None:
     enabled = bool(given.get("enabled", True))
     given["name"] = change.name
     values = check_values({k: v for k, v in given.items() if k not in _TIMER})
-    check_names(conn, values.get("exclude"))  # calendars are not in files: they must exist
+    # The plan checked them (the file's calendars are written first); one removed since
+    # refuses the whole plan.
+    check_names(conn, values.get("exclude"))
     values.update(owner_values(owner))
     values.update(timer_values(timer))
     values["source"] = source

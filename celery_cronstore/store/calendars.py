@@ -2,8 +2,10 @@
 
 :class:`Calendars` is the store's part that owns the ``cronstore_calendar`` table: add
 or replace, read, list and remove calendars (each write in the audit trail, under the
-name ``calendar:NAME``), check that the calendars a task names exist, and load them all
-for beat's planning (:meth:`Calendars.load`, once per claim batch that needs them).
+name ``calendar:NAME``; the ``*_in`` forms write inside the caller's transaction, as
+``apply`` writes a file's calendars with its tasks), check that the calendars a task
+names exist, and load them all for beat's planning (:meth:`Calendars.load`, once per
+claim batch that needs them).
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ import sqlalchemy as sa
 
 from celery_cronstore.errors import CronstoreError
 from celery_cronstore.fields import FieldValueError, check_text
-from celery_cronstore.policy.exclusions import Calendar, calendar_names, parse_calendar
+from celery_cronstore.policy.exclusions import (
+    Calendar,
+    CalendarText,
+    calendar_names,
+    missing_calendars,
+    parse_calendar,
+)
 from celery_cronstore.store import audit
 from celery_cronstore.store.db import Database
 from celery_cronstore.store.schema import calendar, periodic_task
@@ -67,6 +75,27 @@ class Calendars:
         """Add calendar ``name`` (or, with ``replace``, replace it); return it parsed.
         Raise ``ValueError`` naming the bad entry, and :class:`CronstoreError` if the name
         is taken and ``replace`` is not given."""
+        with self.db.begin() as conn:
+            return self.add_in(
+                conn,
+                name,
+                entries=entries,
+                holidays=holidays,
+                description=description,
+                replace=replace,
+            )
+
+    def add_in(
+        self,
+        conn: sa.Connection,
+        name: str,
+        *,
+        entries: list[str] | tuple[str, ...] = (),
+        holidays: str | None = None,
+        description: str = "",
+        replace: bool = False,
+    ) -> Calendar:
+        """:meth:`add` inside the caller's transaction ``conn`` (recorded there too)."""
         check_text("description", description, max_chars=2000)
         parsed = parse_calendar(name, entries, holidays, description)
         row = {
@@ -74,24 +103,21 @@ class Calendars:
             "holidays": parsed.holidays,
             "description": description,
         }
-        with self.db.begin() as conn:
-            now = self.db.now(conn)
-            exists = conn.execute(sa.select(_C.id).where(_C.name == name)).first() is not None
-            if exists and not replace:
-                raise CalendarExistsError(
-                    f"a calendar named {name!r} already exists: give --replace to replace it"
-                )
-            if exists:
-                conn.execute(
-                    sa.update(calendar).where(_C.name == name).values(**row, updated_at=now)
-                )
-            else:
-                conn.execute(sa.insert(calendar).values(name=name, **row, updated_at=now))
-            detail = f"{len(parsed.days) + len(parsed.windows)} entries" + (
-                f", holidays {parsed.holidays}" if parsed.holidays else ""
+        now = self.db.now(conn)
+        exists = conn.execute(sa.select(_C.id).where(_C.name == name)).first() is not None
+        if exists and not replace:
+            raise CalendarExistsError(
+                f"a calendar named {name!r} already exists: give --replace to replace it"
             )
-            action = "calendar-replace" if exists else "calendar-add"
-            audit.record(conn, self.actor, action, f"calendar:{name}", at=now, detail=detail)
+        if exists:
+            conn.execute(sa.update(calendar).where(_C.name == name).values(**row, updated_at=now))
+        else:
+            conn.execute(sa.insert(calendar).values(name=name, **row, updated_at=now))
+        detail = f"{len(parsed.days) + len(parsed.windows)} entries" + (
+            f", holidays {parsed.holidays}" if parsed.holidays else ""
+        )
+        action = "calendar-replace" if exists else "calendar-add"
+        audit.record(conn, self.actor, action, f"calendar:{name}", at=now, detail=detail)
         return parsed
 
     def get(self, name: str) -> Calendar:
@@ -107,24 +133,40 @@ class Calendars:
         with self.db.engine.connect() as conn:
             return self.load(conn)
 
+    def texts(self) -> dict[str, CalendarText]:
+        """Return every calendar as stored (its canonical text), by name in name order;
+        a calendar that no longer parses too (``export`` writes what is stored)."""
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(sa.select(calendar).order_by(_C.name)).all()
+        return {
+            row.name: CalendarText(
+                row.name, tuple(entries_of(row)), row.holidays, row.description or ""
+            )
+            for row in rows
+        }
+
     def remove(self, name: str, *, force: bool = False) -> list[str]:
         """Remove calendar ``name``; return the tasks that excluded it. Without ``force``
         a calendar that tasks exclude is refused (:class:`CalendarInUseError` names them):
         beat would put those tasks in error."""
         with self.db.begin() as conn:
-            if conn.execute(sa.select(_C.id).where(_C.name == name)).first() is None:
-                raise CalendarNotFoundError(f"no calendar named {name!r}")
-            users = self.users(conn, name)
-            if users and not force:
-                shown = ", ".join(users[:10]) + (" ..." if len(users) > 10 else "")
-                raise CalendarInUseError(
-                    f"calendar {name!r} is excluded by {len(users)} task(s) ({shown}): remove "
-                    "it from their exclude first, or give --force (beat then puts them in error)"
-                )
-            conn.execute(sa.delete(calendar).where(_C.name == name))
-            now = self.db.now(conn)
-            audit.record(conn, self.actor, "calendar-remove", f"calendar:{name}", at=now)
-            return users
+            return self.remove_in(conn, name, force=force)
+
+    def remove_in(self, conn: sa.Connection, name: str, *, force: bool = False) -> list[str]:
+        """:meth:`remove` inside the caller's transaction ``conn`` (recorded there too)."""
+        if conn.execute(sa.select(_C.id).where(_C.name == name)).first() is None:
+            raise CalendarNotFoundError(f"no calendar named {name!r}")
+        users = self.users(conn, name)
+        if users and not force:
+            shown = ", ".join(users[:10]) + (" ..." if len(users) > 10 else "")
+            raise CalendarInUseError(
+                f"calendar {name!r} is excluded by {len(users)} task(s) ({shown}): remove "
+                "it from their exclude first, or give --force (beat then puts them in error)"
+            )
+        conn.execute(sa.delete(calendar).where(_C.name == name))
+        now = self.db.now(conn)
+        audit.record(conn, self.actor, "calendar-remove", f"calendar:{name}", at=now)
+        return users
 
     def users(self, conn: sa.Connection, name: str) -> list[str]:
         """Return the names of the tasks whose ``exclude`` names calendar ``name``."""
@@ -167,8 +209,4 @@ def check_names(conn: sa.Connection, exclude: str | None) -> None:
     found = set(conn.execute(sa.select(_C.name).where(_C.name.in_(names))).scalars())
     missing = [n for n in names if n not in found]
     if missing:
-        raise FieldValueError(
-            "exclude",
-            f"exclude names no calendar {', '.join(repr(m) for m in missing)}: create it "
-            f"first (cronstore calendar add {missing[0]} ...)",
-        )
+        raise FieldValueError("exclude", missing_calendars(missing))

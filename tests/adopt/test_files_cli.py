@@ -315,7 +315,8 @@ def test_check_passes_a_clean_app(db_url: str, store: Store, tmp_path: Path) -> 
     invoke(app, "export", "--output", str(path))
     out = invoke(app, "check", "--file", str(path)).output.splitlines()
     assert out == [
-        f"checked 2 beat_schedule entry(ies), {path} (1 task(s)), 1 stored row(s): no problems"
+        f"checked 2 beat_schedule entry(ies), {path} (1 task(s), 0 calendar(s)), 1 stored "
+        "row(s): no problems"
     ]
     data = as_json(invoke(app, "--json", "check", "--no-rows"))
     assert data["ok"] is True
@@ -405,11 +406,11 @@ def test_check_names_a_beat_schedule_entry_a_stored_task_shadows(db_url: str, st
     assert "misfit" not in out
 
 
-def test_a_file_naming_a_calendar_the_store_lacks_is_refused_whole(
+def test_a_file_naming_a_calendar_neither_it_nor_the_store_has_is_refused_whole(
     app: Celery, store: Store, tmp_path: Path
 ) -> None:
-    """Calendars are not in export files; a task's ``exclude`` must name calendars the
-    target store has: applying refuses the whole file, naming the missing one."""
+    """A task's ``exclude`` must name a calendar the file carries or the target store has:
+    applying refuses the task (and so writes nothing of the file), naming the missing one."""
     path = tmp_path / "tasks.yaml"
     path.write_text(
         "cronstore: 1\ntasks:\n"
@@ -417,8 +418,10 @@ def test_a_file_naming_a_calendar_the_store_lacks_is_refused_whole(
         "- name: b\n  task: app.b\n  timer: every 1h\n  exclude: holidays\n",
         encoding="utf-8",
     )
-    refused = invoke(app, "apply", str(path), code=2)
-    assert "exclude names no calendar 'holidays'" in refused.output
+    refused = invoke(app, "apply", str(path), code=1).output
+    assert "refuse    b  exclude names no calendar 'holidays': create it first" in refused
+    assert "or add it to the file's calendars" in refused
+    assert "wrote nothing (1 create, 1 refuse)" in refused
     assert store.list() == []
     store.calendars.add("holidays", entries=["2026-12-25"])
     invoke(app, "apply", str(path))
