@@ -28,13 +28,12 @@ A document may carry, besides its tasks, the calendars they exclude::
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from celery_cronstore.adopt.records import DocumentError
+from celery_cronstore.adopt.records import DocumentError, change_json, change_line, count_actions
 from celery_cronstore.fields import check_text
 from celery_cronstore.policy.exclusions import (
     CalendarText,
@@ -100,30 +99,17 @@ class CalendarChange:
 
     def line(self) -> str:
         """Return the one line a report prints for it."""
-        head = f"{self.action:<9} {self.label}"
-        if self.action == "update":
-            changed = ", ".join(
-                f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in self.fields.items()
-            )
-            return f"{head}  ({changed})"
-        if self.action == "create" and self.text is not None:
-            return f"{head}  ({_summary(self.text)})"
-        return f"{head}  {self.reason}".rstrip()
+        created = None if self.text is None else _summary(self.text)
+        return change_line(self.action, self.label, self.fields, self.reason, created)
 
     def as_json(self) -> dict[str, Any]:
         """Return it as plain JSON data (``--json``)."""
-        out: dict[str, Any] = {"action": self.action, "name": self.name, "origin": self.origin}
-        if self.fields:
-            out["fields"] = {k: {"old": o, "new": n} for k, (o, n) in self.fields.items()}
-        if self.reason:
-            out["reason"] = self.reason
-        return out
+        return change_json(self.action, self.name, self.origin, self.fields, self.reason)
 
 
 def counts(changes: Iterable[CalendarChange]) -> dict[str, int]:
     """Return how many changes have each action (every action, zeros included)."""
-    seen = Counter(c.action for c in changes)
-    return {action: seen.get(action, 0) for action in ACTIONS}
+    return count_actions((c.action for c in changes), ACTIONS)
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -316,8 +302,3 @@ def _summary(text: CalendarText) -> str:
     if text.holidays:
         parts.append(f"holidays {text.holidays}")
     return ", ".join(parts)
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -36,16 +36,21 @@ they change (a rerun, or ``export | apply``, of a row beat put in error changes 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from celery_cronstore import fields
 from celery_cronstore.adopt import calendars as calendar_plan
 from celery_cronstore.adopt.calendars import CalendarChange, FileCalendar
-from celery_cronstore.adopt.records import Incoming, Read, Refused
+from celery_cronstore.adopt.records import (
+    Incoming,
+    Read,
+    Refused,
+    change_json,
+    change_line,
+    count_actions,
+)
 from celery_cronstore.errors import CronstoreError
 from celery_cronstore.policy.exclusions import CalendarText
 from celery_cronstore.records import PeriodicTask
@@ -86,24 +91,12 @@ class Change:
 
     def line(self) -> str:
         """Return the one line a report prints for it."""
-        head = f"{self.action:<9} {self.name}"
-        if self.action == "update":
-            changed = ", ".join(
-                f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in self.fields.items()
-            )
-            return f"{head}  ({changed})"
-        if self.action == "create":
-            timer = self.fields.get("timer", (None, ""))[1]
-            return f"{head}  ({timer})"
-        return f"{head}  {self.reason}".rstrip()
+        timer = self.fields.get("timer", (None, ""))[1]
+        return change_line(self.action, self.name, self.fields, self.reason, str(timer))
 
     def as_json(self) -> dict[str, Any]:
         """Return it as plain JSON data (``--json``)."""
-        out: dict[str, Any] = {"action": self.action, "name": self.name, "origin": self.origin}
-        if self.fields:
-            out["fields"] = {k: {"old": o, "new": n} for k, (o, n) in self.fields.items()}
-        if self.reason:
-            out["reason"] = self.reason
+        out = change_json(self.action, self.name, self.origin, self.fields, self.reason)
         if self.incoming is not None and self.incoming.notes:
             out["notes"] = list(self.incoming.notes)
         return out
@@ -119,8 +112,7 @@ class Plan:
 
     def counts(self) -> dict[str, int]:
         """Return how many task changes have each action (every action, zeros included)."""
-        seen = Counter(c.action for c in self.changes)
-        return {action: seen.get(action, 0) for action in ACTIONS}
+        return count_actions((c.action for c in self.changes), ACTIONS)
 
     def calendar_counts(self) -> dict[str, int]:
         """Return how many calendar changes have each action (zeros included)."""
@@ -385,8 +377,3 @@ def _stored(task: PeriodicTask, name: str) -> Any:
     if name == "owner":
         return task.owner
     return getattr(task, fields.field(name).key)
-
-
-def _show(value: Any) -> str:
-    text = value.isoformat() if isinstance(value, datetime) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

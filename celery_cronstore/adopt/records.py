@@ -8,12 +8,22 @@ that both parts of the file format, :mod:`.document` and :mod:`.calendars`, rais
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["DocumentError", "Incoming", "Read", "ReadContext", "Refused"]
+__all__ = [
+    "DocumentError",
+    "Incoming",
+    "Read",
+    "ReadContext",
+    "Refused",
+    "change_json",
+    "change_line",
+    "count_actions",
+]
 
 
 class DocumentError(ValueError):
@@ -68,3 +78,50 @@ class ReadContext:
     app: Any = None
     #: RedBeat's key prefix (``redbeat_key_prefix``; default ``redbeat:``).
     key_prefix: str | None = None
+
+
+# -- how a plan's changes (tasks and calendars alike) are reported ---------------------------
+
+
+def change_line(
+    action: str,
+    label: str,
+    fields: Mapping[str, tuple[Any, Any]],
+    reason: str,
+    created: str | None = None,
+) -> str:
+    """Return the one line a report prints for a change of ``label``: an update lists
+    each changed field (old -> new), a create ``created`` (a summary), the rest the reason.
+    """
+    head = f"{action:<9} {label}"
+    if action == "update":
+        changed = ", ".join(
+            f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in fields.items()
+        )
+        return f"{head}  ({changed})"
+    if action == "create" and created is not None:
+        return f"{head}  ({created})"
+    return f"{head}  {reason}".rstrip()
+
+
+def change_json(
+    action: str, name: str, origin: str, fields: Mapping[str, tuple[Any, Any]], reason: str
+) -> dict[str, Any]:
+    """Return a change as plain JSON data (``--json``)."""
+    out: dict[str, Any] = {"action": action, "name": name, "origin": origin}
+    if fields:
+        out["fields"] = {k: {"old": o, "new": n} for k, (o, n) in fields.items()}
+    if reason:
+        out["reason"] = reason
+    return out
+
+
+def count_actions(actions: Iterable[str], known: Iterable[str]) -> dict[str, int]:
+    """Return how many of ``actions`` are each of ``known`` (zeros included, in order)."""
+    seen = Counter(actions)
+    return {action: seen.get(action, 0) for action in known}
+
+
+def _show(value: Any) -> str:
+    text = value.isoformat() if isinstance(value, datetime) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
