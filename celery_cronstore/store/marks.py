@@ -122,7 +122,9 @@ class Marks:
         """
         if not claims:
             return []
-        enabled = sa.select(_PT.id).where(_PT.enabled.is_(True))
+        # Correlated on the fire's task (a primary-key look-up per fire): ``IN (SELECT id
+        # ... WHERE enabled)`` made SQLite scan every task for each chunk.
+        enabled = sa.exists().where(_PT.id == _F.periodic_task_id, _PT.enabled.is_(True))
         moved = 0
         by_attempt: dict[int, list[str]] = {}
         for claim in claims:
@@ -136,7 +138,7 @@ class Marks:
                             *self._mine(
                                 ids[start : start + IN_CHUNK], attempt, (FireState.CLAIMED,)
                             ),
-                            _F.periodic_task_id.in_(enabled.scalar_subquery()),
+                            enabled,
                         )
                         .values(state=FireState.SENDING)
                     )
