@@ -15,6 +15,7 @@ For each backend it prints, measured in the same run:
 
     python benchmarks/dispatch.py [--backends sqlite,postgresql] [--due 10000]
                                   [--rounds 3] [--broker redis|amqp|redis,amqp]
+                                  [--background 1000]
                                   [--profile out.prof]
 
 Messages go to the queue ``cronstore-bench-dispatch`` (a Redis list of that name, or a
@@ -42,6 +43,7 @@ BROKERS = {
     "amqp": "amqp://guest:guest@127.0.0.1:5672//",
 }
 QUEUE = "cronstore-bench-dispatch"
+#: Rows not due (their tasks fall due in hours), besides the due ones.
 BACKGROUND = 1_000
 
 
@@ -276,7 +278,7 @@ def bench(backend: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
         store = Store(scratch.url)
         store.upgrade()
         now = store.now()
-        fill(store.engine, 0, BACKGROUND, now)
+        fill(store.engine, 0, args.background, now)
         # Beat as shipped (the fast path on) and with every fire through kombu's producer,
         # interleaved round by round.
         schedulers = {
@@ -318,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg-admin", default=DEFAULT_PG, help="URL allowed to CREATE DATABASE")
     parser.add_argument("--due", type=int, default=10_000, help="fires due at once")
     parser.add_argument("--rounds", type=int, default=3, help="measurements (median shown)")
+    parser.add_argument(
+        "--background", type=int, default=BACKGROUND, help="stored rows that are not due"
+    )
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--profile", metavar="FILE", help="cProfile the last dispatch")
     args = parser.parse_args(argv)
@@ -328,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# celery-cronstore dispatch benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(
         f"Python {platform.python_version()}, celery {celery.__version__}, "
-        f"SQLAlchemy {sa.__version__}, {os.cpu_count()} CPUs; {args.due:,} due fires, "
+        f"SQLAlchemy {sa.__version__}, {os.cpu_count()} CPUs; {args.due:,} due fires among "
+        f"{args.background:,} rows not due, "
         f"median of {args.rounds} rounds\n"
     )
     rows = []

