@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from celery_cronstore.adopt.records import DocumentError, change_json, change_line, count_actions
+from celery_cronstore.adopt.records import (
+    DocumentError,
+    change_json,
+    change_line,
+    count_actions,
+    kind_of,
+)
 from celery_cronstore.fields import check_text
 from celery_cronstore.policy.exclusions import (
     CalendarText,
@@ -140,7 +146,7 @@ def read_calendars(data: Any, origin: str) -> list[FileCalendar]:
     """
     if not isinstance(data, list):
         raise DocumentError(
-            f"{origin}: 'calendars' must be a list of calendars, got {_kind(data)}: give "
+            f"{origin}: 'calendars' must be a list of calendars, got {kind_of(data)}: give "
             "'calendars: []' for none, or leave the key out to keep the stored ones as they are"
         )
     out: list[FileCalendar] = []
@@ -149,7 +155,7 @@ def read_calendars(data: Any, origin: str) -> list[FileCalendar]:
         where = f"{origin}: calendars[{i}]"
         if not isinstance(entry, Mapping):
             raise DocumentError(
-                f"{where} must be a mapping of {', '.join(KEYS)}, got {_kind(entry)}: see "
+                f"{where} must be a mapping of {', '.join(KEYS)}, got {kind_of(entry)}: see "
                 "`cronstore export` for the format"
             )
         name = entry.get("name")
@@ -180,7 +186,7 @@ def _read_one(name: str, entry: Mapping[str, Any], origin: str) -> FileCalendar:
             entries = []
         if not isinstance(entries, list):
             raise ExclusionError(
-                f"entries must be a list of days, spans and windows, got {_kind(entries)}"
+                f"entries must be a list of days, spans and windows, got {kind_of(entries)}"
             )
         texts = [_entry_text(e) for e in entries]
         if holidays is not None and not isinstance(holidays, str):
@@ -190,7 +196,7 @@ def _read_one(name: str, entry: Mapping[str, Any], origin: str) -> FileCalendar:
         if description is None:
             description = ""
         if not isinstance(description, str):
-            raise ExclusionError(f"description must be text, got {_kind(description)}")
+            raise ExclusionError(f"description must be text, got {kind_of(description)}")
         check_text("description", description, max_chars=2000)
         text = calendar_text(name, texts, holidays, description)
     except ValueError as exc:
@@ -210,10 +216,6 @@ def _entry_text(value: Any) -> str:
             "(DAY..DAY) or a window (INSTANT..INSTANT)"
         )
     return value
-
-
-def _kind(value: Any) -> str:
-    return "nothing" if value is None else f"a {type(value).__name__}"
 
 
 # -- planning -------------------------------------------------------------------------------

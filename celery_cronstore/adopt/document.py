@@ -50,7 +50,7 @@ from typing import Any
 
 from celery_cronstore import fields
 from celery_cronstore.adopt.calendars import FileCalendar, export_calendars, read_calendars
-from celery_cronstore.adopt.records import DocumentError, Incoming, Read, Refused
+from celery_cronstore.adopt.records import DocumentError, Incoming, Read, Refused, kind_of
 from celery_cronstore.policy.exclusions import CalendarText
 from celery_cronstore.records import PeriodicTask
 from celery_cronstore.timers.once import format_instant
@@ -274,7 +274,7 @@ def parse_document(data: Any, origin: str) -> Document:
     if not isinstance(data, Mapping):
         raise DocumentError(
             f"{origin} is not a cronstore file: expected a mapping with 'cronstore: "
-            f"{VERSION}' and 'tasks', got {_kind(data)}: {_FIX}"
+            f"{VERSION}' and 'tasks', got {kind_of(data)}: {_FIX}"
         )
     unknown = sorted(str(k) for k in data if k not in _TOP)
     if unknown:
@@ -296,7 +296,7 @@ def parse_document(data: Any, origin: str) -> Document:
     tasks = data.get("tasks")
     if not isinstance(tasks, list):
         raise DocumentError(
-            f"{origin}: 'tasks' must be a list of task entries, got {_kind(tasks)}: give "
+            f"{origin}: 'tasks' must be a list of task entries, got {kind_of(tasks)}: give "
             "'tasks: []' for none"
         )
     calendars = read_calendars(data["calendars"], origin) if "calendars" in data else None
@@ -304,13 +304,9 @@ def parse_document(data: Any, origin: str) -> Document:
     return Document(entries, calendars)
 
 
-def _kind(value: Any) -> str:
-    return "nothing" if value is None else f"a {type(value).__name__}"
-
-
 def _read_entry(entry: Any, origin: str) -> Read:
     if not isinstance(entry, Mapping):
-        raise DocumentError(f"{origin} must be a mapping of fields, got {_kind(entry)}: {_FIX}")
+        raise DocumentError(f"{origin} must be a mapping of fields, got {kind_of(entry)}: {_FIX}")
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
         raise DocumentError(
@@ -351,7 +347,7 @@ def _last_fire(state: Any) -> datetime | None:
     if state is None:
         return None
     if not isinstance(state, Mapping):
-        raise ValueError(f"state must be a mapping (it is read-only), got {_kind(state)}")
+        raise ValueError(f"state must be a mapping (it is read-only), got {kind_of(state)}")
     value = state.get("last_fire")
     if value is None:
         return None

@@ -23,11 +23,17 @@ __all__ = [
     "change_json",
     "change_line",
     "count_actions",
+    "kind_of",
 ]
 
 
 class DocumentError(ValueError):
     """A document that cannot be read at all; the message names the problem and the fix."""
+
+
+def kind_of(value: Any) -> str:
+    """Say what a value read from a file is, for a refusal ("a dict", "nothing")."""
+    return "nothing" if value is None else f"a {type(value).__name__}"
 
 
 @dataclass(frozen=True)

@@ -334,19 +334,14 @@ class Claimer:
                 self._plan_row(conn, row, now, batch)
             write_ledger(conn, batch, now, self._plan)
             write_rows(conn, batch)
-            replaced = batch.replaced()
-            revoke = mark_replaced(conn, replaced, now)
+            replaced = mark_replaced(conn, batch.replaced(), now)
             released, waiting = release_buffered(
                 self.db, conn, now, node=self.node, lease=self.lease
             )
             faults.hit("before_claim_commit")
         claims = sorted(batch.claims() + released, key=lambda c: c.fire_time)
-        ended = set(revoke)  # the fires in flight this batch recorded replaced
-        recorded = batch.recorded() + [
-            (FireState.REPLACED, name, 1)
-            for task, name, when, _ in replaced
-            if policy.fire_task_id(task, name, when) in ended
-        ]
+        recorded = batch.recorded() + [(FireState.REPLACED, name, 1) for _, name in replaced]
+        revoke = [task_id for task_id, _ in replaced]
         return TickResult(
             now, claims, len(rows), batch.errors, recorded, revoke=revoke, buffered=waiting
         )

@@ -64,10 +64,10 @@ def running(
 
 def mark_replaced(
     conn: sa.Connection, replaced: list[tuple[int, str, datetime, str]], now: datetime
-) -> list[str]:
+) -> list[tuple[str, str]]:
     """Record each (task id, name, fire time, reason) ``replaced`` if it is still in
-    flight; return the Celery task ids to revoke."""
-    revoke: list[str] = []
+    flight; return (Celery task id to revoke, task name) of each recorded."""
+    revoke: list[tuple[str, str]] = []
     for task_id, name, when, reason in replaced:
         done = conn.execute(
             sa.update(fire)
@@ -79,7 +79,7 @@ def mark_replaced(
             .values(state=FireState.REPLACED, reason=reason, finished_at=now, lease_until=None)
         )
         if done.rowcount:
-            revoke.append(policy.fire_task_id(task_id, name, when))
+            revoke.append((policy.fire_task_id(task_id, name, when), name))
     return revoke
 
 
