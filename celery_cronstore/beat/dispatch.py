@@ -15,17 +15,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from celery_cronstore.beat.confirm import Tally, confirmed, confirming
 from celery_cronstore.beat.publish import BoundRouter, publish, shorten
 from celery_cronstore.beat.redis_batch import install
-from celery_cronstore.beat.template import Template, learn
+from celery_cronstore.beat.template import Filler, Ready, learn
 from celery_cronstore.beat.wire import expiry, protocol2_body, protocol2_headers
 from celery_cronstore.policy import message_options
-from celery_cronstore.policy.messages import H_FIRE, H_INTERVAL, H_NAME
+from celery_cronstore.policy.messages import H_FIRE
 from celery_cronstore.records import Claim
 
 __all__ = ["Dispatcher"]
@@ -101,6 +100,10 @@ class Dispatcher:
         self._eager = bool(conf.task_always_eager)
         self._dumps: Any = dumps
         self._Task = Task
+        from celery_cronstore.worker.task import CronTask
+
+        #: A fire of a CronTask is guarded (its message carries the time box).
+        self._CronTask: type[Any] = CronTask
         self._before = signals.before_task_publish
         self._after = signals.after_task_publish
         self._retry = conf.task_publish_retry
@@ -118,10 +121,10 @@ class Dispatcher:
         self._backend_base = Backend.on_task_call
         self._declared: set[int] = set()
         self._tasks: dict[str, tuple[Any, dict[str, Any]] | None] = {}
-        #: Whether rows' messages to Redis may be filled in from templates.
-        #: By message shape (:meth:`_shape`): its template. Only when every router routes
-        #: by task name (a router function may look at the arguments).
-        self._templates: dict[tuple[str, bool, str], Template] = {}
+        #: The templates by message shape (:meth:`_shape`) and the messages rendered
+        #: ahead. Only when every router routes by task name (a router function may look
+        #: at the arguments).
+        self.filler = Filler(app, dumps, self._argsmax, self._kwargsmax)
         self._fast = fast and all(isinstance(r, MapRoute) for r in amqp.router.routes)
         #: How many fires went from a template (the fast path).
         self.templated = 0
@@ -152,20 +155,22 @@ class Dispatcher:
 
     def send(self, claim: Claim) -> None:
         """Publish ``claim`` (raises what building or sending its message raises)."""
+        ready = self.filler.take(claim.task_id)
+        if ready is not None and not self._signalled():
+            session = self._session()
+            if session is not None:  # rendered ahead (:meth:`prepare`): one LPUSH
+                logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
+                self._push(session, ready)
+                return
         spec = self._spec(claim.task)
         if spec is None:
             publish(self.app, claim, self.producer, self.router)
             self._tally.passed()
             return
         logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
-        from celery_cronstore.worker.task import CronTask
-
         task, preopts = spec
-        guarded = isinstance(task, CronTask)
-        options = message_options(claim, guarded=guarded)
-        if task is not None:
-            options = dict(preopts, **options)
-            options.setdefault("ignore_result", task.ignore_result)
+        guarded = isinstance(task, self._CronTask)
+        options = self._options(claim, task, preopts, guarded)
         if self._templated(claim, guarded, options):
             return
         args, kwargs = claim.args, claim.kwargs
@@ -210,11 +215,11 @@ class Dispatcher:
     def _learn(self, claim: Claim, guarded: bool, own: tuple[str, ...]) -> None:
         """Keep the template of the message just sent for the next fires of its shape."""
         session = self._session()
-        if session is None or self._before.receivers or self._after.receivers:
+        if session is None or self._signalled():
             return
         template = learn(session.last, own)
         if template is not None:
-            self._templates[self._shape(claim, guarded)] = template
+            self.filler.templates[self._shape(claim, guarded)] = template
 
     @staticmethod
     def _shape(claim: Claim, guarded: bool) -> tuple[str, bool, str]:
@@ -229,50 +234,79 @@ class Dispatcher:
     def _templated(self, claim: Claim, guarded: bool, options: dict[str, Any]) -> bool:
         """Send ``claim`` from its shape's template (``beat.template``); return whether it
         went that way (none learnt yet, or signal receivers: the full path)."""
-        if not self._templates or self._before.receivers or self._after.receivers:
-            return False
-        template = self._templates.get(self._shape(claim, guarded))
-        if template is None:
-            return False
-        expires = options.get("expires")
-        if (expires is not None) != ("expiration" in template.slots):
+        if not self.filler.templates or self._signalled():
             return False
         session = self._session()
         if session is None:
             return False
-        task_id, args, kwargs = claim.task_id, claim.args, claim.kwargs
-        task = self._tasks.get(claim.task)
-        check = (
-            getattr(task[0], "__header__", None) if task and task[0] and task[0].typing else None
-        )
-        if check is not None:  # Task.typing: the call must fit the signature
-            check(*(args or ()), **(kwargs or {}))
-        _, _, payload = self._dumps(protocol2_body(args, kwargs), serializer="json")
-        body, _ = session.channel.encode_body(payload, session.channel.body_encoding)
-        headers = options["headers"]
-        values: dict[str, Any] = {
-            "id": task_id,
-            "root_id": task_id,
-            "correlation_id": task_id,
-            "delivery_tag": str(uuid.uuid4()),  # kombu's: a fresh uuid4 per publish
-            "body": body,
-            "argsrepr": shorten(repr(args), self._argsmax),
-            "kwargsrepr": shorten(repr(kwargs), self._kwargsmax),
-            "name": headers[H_NAME],
-            "fire_time": headers[H_FIRE],
-            "interval": headers[H_INTERVAL],
-            "timelimit": [options.get("time_limit"), options.get("soft_time_limit")],
-            "expires": None,
-        }
-        if expires is not None:
-            values["expires"], ttl = expiry(self.app, task_id, expires)
-            values["expiration"] = str(int(ttl * 1000))  # as kombu's Producer.publish
-        if not options.get("ignore_result"):
-            self._on_task_call(task_id)
-        session.push(template.key, template.render(values))
+        shape = self._shape(claim, guarded)
+        ready = self.filler.fill(claim, shape, options, session.channel, self._check(claim))
+        if ready is None:
+            return False
+        self._push(session, ready)
+        return True
+
+    def prepare(self, claims: list[Claim]) -> int:
+        """Render now the messages of ``claims`` (taken ahead of their time) that their
+        shape's template allows, so that each costs one ``LPUSH`` when it falls due;
+        return how many. A claim whose message cannot be rendered ahead (no template yet,
+        an expiry, arguments its task refuses) is built when it goes, as before."""
+        if not self._fast or not self.filler.templates or self._signalled():
+            return 0
+        channel = self.producer.channel
+        if not hasattr(channel, "encode_body") or confirming(self.producer):
+            return 0
+        made = 0
+        for claim in claims:
+            if self.filler.full:
+                break
+            spec = self._spec(claim.task)
+            if spec is None:
+                continue
+            task, preopts = spec
+            guarded = isinstance(task, self._CronTask)
+            options = self._options(claim, task, preopts, guarded)
+            shape = self._shape(claim, guarded)
+            try:
+                ready = self.filler.fill(
+                    claim, shape, options, channel, self._check(claim), ahead=True
+                )
+            except Exception:  # its send says why, and drops it, when it falls due
+                continue
+            if ready is not None:
+                self.filler.keep(ready)
+                made += 1
+        return made
+
+    def forget(self, claims: list[Claim]) -> None:
+        """Forget what :meth:`prepare` rendered for ``claims`` (sent, dropped, put back)."""
+        self.filler.forget(c.task_id for c in claims)
+
+    def _push(self, session: Any, ready: Ready) -> None:
+        """Buffer one rendered message in the chunk's Redis transaction."""
+        if not ready.ignore_result:
+            self._on_task_call(ready.task_id)
+        session.push(ready.key, ready.text)
         self.templated += 1
         self._tally.published()
-        return True
+
+    def _signalled(self) -> bool:
+        """Whether a publish signal has receivers (each message then takes the full path)."""
+        return bool(self._before.receivers or self._after.receivers)
+
+    def _check(self, claim: Claim) -> Any:
+        """Return the signature check of ``claim``'s task (``Task.typing``), if any."""
+        task = self._tasks.get(claim.task)
+        return getattr(task[0], "__header__", None) if task and task[0] and task[0].typing else None
+
+    @staticmethod
+    def _options(claim: Claim, task: Any, preopts: dict[str, Any], guarded: bool) -> dict[str, Any]:
+        """Return the message options of ``claim``: the row's over the task's own."""
+        options = message_options(claim, guarded=guarded)
+        if task is not None:
+            options = dict(preopts, **options)
+            options.setdefault("ignore_result", task.ignore_result)
+        return options
 
     def _spec(self, name: str) -> tuple[Any, dict[str, Any]] | None:
         """Return (task or None, its exec options) if the fast path may send ``name``."""

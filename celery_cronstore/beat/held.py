@@ -16,11 +16,12 @@ While held fires follow each other closely (a burst), beat spends its time publi
 them: it does not look at the database while the next one is due within :data:`NEAR`,
 and marks the published ones in the ledger together once the fires leave a gap of
 :data:`MARK_GAP` (or after :data:`MARK_AGE`, or :data:`MARK_MOST` of them) instead of one
-transaction per tick. Only fires a second publish cannot start twice wait for that mark
-(CronTask, whose guard starts one copy, or a task that acknowledges late): a claim not yet
-marked is still ``claimed`` under beat's lease, so a crash before the mark has the fire
-published again, under the same task id, by the replica that takes the lease over. A plain
-task's fires are marked as soon as they went, as always.
+transaction per tick. A fire a second publish cannot start twice (CronTask, whose guard
+starts one copy, or a task that acknowledges late) is still ``claimed`` under beat's lease
+until then, so a crash before the mark has it published again, under the same task id, by
+the replica that takes the lease over. Any other fire was recorded ``sending`` before it
+went: a crash before the mark has it recorded as one that may have gone out, never sent
+again (``store.marks``).
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ NEAR = 0.002
 MARK_GAP = 0.02
 #: ... or once the oldest of them was published this long ago (seconds) ...
 MARK_AGE = 1.0
-#: ... or once this many wait.
-MARK_MOST = 2000
+#: ... or once this many wait (a burst's fires: marked after it, not during it).
+MARK_MOST = 10_000
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,8 @@ class HeldClaims:
             # Send-time order, not due order: each claim maps the database clock to this
             # host's with an error of up to one reply, which must not reorder close fires.
             self._early = sorted(self._early + held, key=lambda item: item.claim.send_at)
+            # Their messages now, while there is time: each costs one LPUSH when it is due.
+            self.sender.prepare([h.claim for h in held if h.ahead])
 
     def publish_due(self) -> bool:
         """Publish the held claims whose fire time has come (in fire-time order); return
@@ -194,6 +197,7 @@ class HeldClaims:
                 self.sender.publish(self._still_enabled(due), self._defer_marks)
             self._settle_marks(force=True)
             if later:
+                self.sender.forget(later)
                 self.claimer.hand_back(later)
                 logger.info("beat: %d claim(s) taken ahead handed back", len(later))
         except Exception as exc:  # closing must go on
@@ -202,17 +206,9 @@ class HeldClaims:
             )
 
     def _defer_marks(self, sent: list[Claim]) -> None:
-        """Keep published held fires to mark later (:meth:`_settle_marks`); a fire that a
-        second publish could start twice is marked now."""
+        """Keep published held fires to mark later (:meth:`_settle_marks`)."""
         clock = time.monotonic()
-        now: list[Claim] = []
-        for claim in sent:
-            if self.claimer.seam.redeliverable(claim.task):
-                self._unmarked.append((claim, clock))
-            else:
-                now.append(claim)
-        if now:
-            self.sender.mark(now)
+        self._unmarked.extend((claim, clock) for claim in sent)
 
     def _settle_marks(self, force: bool = False) -> None:
         """Mark the published held fires in the ledger (with the time each went), unless
@@ -239,4 +235,5 @@ class HeldClaims:
         if not ahead:
             return [h.claim for h in held]
         kept = {c.task_id for c in self.claimer.recheck(ahead)}
+        self.sender.forget([c for c in ahead if c.task_id not in kept])
         return [h.claim for h in held if not h.ahead or h.claim.task_id in kept]

@@ -258,7 +258,6 @@ class Loop:
         if began < self._claim_after:  # the other beats write back their sends first
             return min(self._claim_after - began, held.wait())
         result = claimer.claim_due(ahead)
-        held.timed_claim(result.rows, time.monotonic() - began)
         sender.report(result.errors)
         sender.revoke(result.revoke)
         self._buffered = result.buffered > 0 or (result.conflict and self._buffered)
@@ -267,9 +266,11 @@ class Loop:
         faults.hit("after_claim")
         stall.waiting_on = PUBLISHING
         if held.ahead:
-            held.hold(result.claims, looked_at, looked)
+            held.hold(result.claims, looked_at, looked)  # their messages rendered too
+            held.timed_claim(result.rows, time.monotonic() - began)
             sent = held.publish_due()
         else:
+            held.timed_claim(result.rows, time.monotonic() - began)
             sent = not result.claims or sender.publish(result.claims)
         if not sent:
             self._progress(now)

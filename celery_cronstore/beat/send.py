@@ -169,6 +169,7 @@ class Sender:
                     raise
                 sent.extend(handed)
             done = len(claims)
+            dispatcher.forget(claims)  # sent or dropped: nothing rendered ahead is kept
         except Exception as exc:  # broker errors come in many types; none may kill beat
             if pending is None:  # failed before any chunk went out: it all waits
                 gone = {c.task_id for c, _ in failed} | {c.task_id for c in sent}
@@ -197,6 +198,24 @@ class Sender:
         faults.hit("after_publish")
         self._record(sent, failed, mark)
         return True
+
+    def prepare(self, claims: list[Claim]) -> int:
+        """Render ahead the messages of claims taken before their time
+        (:meth:`Dispatcher.prepare`: a burst's fire then costs one ``LPUSH`` when it
+        falls due); return how many. Nothing before the first send on a connection."""
+        dispatcher = self._dispatcher
+        if dispatcher is None or not claims:
+            return 0
+        try:
+            return dispatcher.prepare(claims)
+        except Exception as exc:  # the broker went away: they are built when they go
+            logger.debug("beat: could not render messages ahead: %s", self.scrub(exc))
+            return 0
+
+    def forget(self, claims: list[Claim]) -> None:
+        """Forget what :meth:`prepare` rendered for claims that will not be sent."""
+        if self._dispatcher is not None and claims:
+            self._dispatcher.forget(claims)
 
     def retry_pending(self) -> bool:
         """Mark what went while the database was away, then publish the claims that

@@ -18,12 +18,26 @@ from sqlalchemy.dialects import postgresql
 
 from celery_cronstore.store.engine import driver_error
 
-__all__ = ["columns", "insert", "set_based", "unnest"]
+__all__ = ["among", "columns", "insert", "set_based", "unnest"]
 
 
 def set_based(conn: sa.Connection) -> bool:
     """Whether ``conn``'s database takes a batch as one ``unnest`` statement."""
     return conn.dialect.name == "postgresql"
+
+
+def among(column: sa.ColumnElement[Any], values: list[Any], postgres: bool) -> Any:
+    """``column IN (values)``; on PostgreSQL with the values written into the statement.
+
+    PostgreSQL looks a list of constants up by hash (``IN`` of 9 or more), but a list of
+    parameters only element by element once psycopg prepares the statement (its generic
+    plan): a burst's ``sending`` mark of 250 fires then compared each of the 10,000
+    claimed rows it scanned with every task id (40 ms a chunk, against 5 ms). The values
+    are rendered by SQLAlchemy's literal quoting of the column's type.
+    """
+    if not postgres:
+        return column.in_(values)
+    return column.in_(sa.bindparam(None, list(values), expanding=True, literal_execute=True))
 
 
 def unnest(columns: Mapping[str, sa.types.TypeEngine[Any]], name: str = "v") -> Any:

@@ -239,8 +239,8 @@ def test_a_burst_s_fires_are_published_back_to_back_and_marked_together(
 ) -> None:
     """While held fires follow closely, beat neither looks at the database between them
     nor marks each tick's fires on its own: one mark for the burst, and each fire's
-    ``published_at`` still the moment it went (to 10 ms). Not for a task that a second
-    publish (after a crash before the mark) could run twice: marked as they go."""
+    ``published_at`` still the moment it went (to 10 ms). A plain task's fires too: each
+    was recorded ``sending`` before it went, so a crash before the mark sends none again."""
     app.task(name="x.late", shared=False, acks_late=True)(_noop)
     app.conf.update(cronstore_claim_ahead=1.0)
     scheduler, store = started(app)
@@ -293,7 +293,7 @@ def test_a_burst_s_fires_are_published_back_to_back_and_marked_together(
         sleep = scheduler.tick()
         ticks += 1
     assert len(went) == 40
-    assert calls["mark"] == (1 if acks_late else len(publishing)), (calls, publishing)
+    assert calls["mark"] == 1 < len(publishing), (calls, publishing)
     assert calls["peek"] <= 2 < ticks, (calls, ticks)
     fires = {name: store.history(name)[0] for name in went}
     assert {f.state for f in fires.values()} == {"published"}
