@@ -189,7 +189,7 @@ def backfill(
     for index, claim in enumerate(plan.claims):
         if pace is not None:
             pace(offset(index, rate))
-        if not claimer.mark_sending([claim]):
+        if not claimer.mark_sending([claim], paused_ok=True):
             not_sent.append(claim)
             continue
         try:

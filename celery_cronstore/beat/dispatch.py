@@ -205,11 +205,14 @@ class Dispatcher:
         self._learn(claim, guarded, own)
 
     def _session(self) -> Any:
-        """Return the Redis batch of this chunk once kombu opened it (``None``: none)."""
+        """Return the Redis batch of this chunk (``None``: none), opened as kombu's first
+        publish in it would open it, so a chunk's first fire may be templated too."""
         if not self.buffered or not self._fast:
             return None
         state = getattr(getattr(self.producer, "_batch_local", None), "current", None)
         session = getattr(state, "session", None)
+        if session is None and state is not None and hasattr(state, "_get_session"):
+            session = state._get_session(self.producer.channel)
         return session if hasattr(session, "push") else None
 
     def _learn(self, claim: Claim, guarded: bool, own: tuple[str, ...]) -> None:
@@ -247,10 +250,9 @@ class Dispatcher:
         return True
 
     def prepare(self, claims: list[Claim]) -> int:
-        """Render now the messages of ``claims`` (taken ahead of their time) that their
-        shape's template allows, so that each costs one ``LPUSH`` when it falls due;
-        return how many. A claim whose message cannot be rendered ahead (no template yet,
-        an expiry, arguments its task refuses) is built when it goes, as before."""
+        """Render the messages of ``claims`` (taken ahead) now, each one ``LPUSH`` when it
+        falls due; return how many. One that cannot be (no template yet, an expiry,
+        arguments its task refuses) is built when it goes."""
         if not self._fast or not self.filler.templates or self._signalled():
             return 0
         channel = self.producer.channel
@@ -267,11 +269,9 @@ class Dispatcher:
             guarded = isinstance(task, self._CronTask)
             options = self._options(claim, task, preopts, guarded)
             shape = self._shape(claim, guarded)
-            try:
-                ready = self.filler.fill(
-                    claim, shape, options, channel, self._check(claim), ahead=True
-                )
-            except Exception:  # its send says why, and drops it, when it falls due
+            try:  # a refusal: its send says why, and drops it, when it falls due
+                ready = self.filler.fill(claim, shape, options, channel, self._check(claim), True)
+            except Exception:
                 continue
             if ready is not None:
                 self.filler.keep(ready)

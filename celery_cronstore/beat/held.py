@@ -2,10 +2,12 @@
 
 :class:`HeldClaims` owns them. Beat claims a fire up to ``claim_ahead`` seconds before
 its time (planned as of that time), holds the claim and publishes it when its time comes
-on this host's monotonic clock, so the claim's transaction does not make the fire late.
-Just before publishing, the tasks of the claims taken ahead are read again: one disabled
-or removed meanwhile is recorded ``dropped`` (``Claimer.recheck``), so a disable
-committed before a fire's time stops it, as it does without claiming ahead. Housekeeping
+on this host's monotonic clock, so the claim's transaction does not make the fire late;
+its message is rendered when it is held (``Sender.prepare``), so it costs one ``LPUSH``
+then. Just before publishing, a fire taken ahead is checked again: one whose task was
+disabled, paused or removed meanwhile is recorded ``dropped``, so a disable committed
+before a fire's time stops it, as it does without claiming ahead. A fire recorded
+``sending`` before it goes is checked by that write; any other by ``Claimer.recheck``. Housekeeping
 and new claims wait while a held fire is due sooner than twice what they lately take.
 
 Before a burst (more fires due within a second than one claim takes) beat starts sooner
@@ -229,11 +231,15 @@ class HeldClaims:
 
     def _still_enabled(self, held: list[Held]) -> list[Claim]:
         """Return the claims of ``held`` to publish, in order: those taken before their
-        fire time only if their task is still there and enabled (the others are recorded
-        dropped)."""
-        ahead = [h.claim for h in held if h.ahead]
+        fire time only if their task is still there, enabled and not paused (the others
+        are recorded dropped). A fire recorded ``sending`` before it goes is not read
+        here: that write is its re-check (``Marks.mark_sending``)."""
+        redeliverable = self.claimer.seam.redeliverable
+        ahead = [h.claim for h in held if h.ahead and redeliverable(h.claim.task)]
         if not ahead:
             return [h.claim for h in held]
         kept = {c.task_id for c in self.claimer.recheck(ahead)}
-        self.sender.forget([c for c in ahead if c.task_id not in kept])
-        return [h.claim for h in held if not h.ahead or h.claim.task_id in kept]
+        gone = [c for c in ahead if c.task_id not in kept]
+        self.sender.forget(gone)
+        dropped = {c.task_id for c in gone}
+        return [h.claim for h in held if h.claim.task_id not in dropped]

@@ -173,7 +173,6 @@ class Filler:
         options: dict[str, Any],
         channel: Any,
         check: Callable[..., Any] | None,
-        *,
         ahead: bool = False,
     ) -> Ready | None:
         """Return ``claim``'s message from its shape's template (``None``: no template, or

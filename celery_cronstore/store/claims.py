@@ -202,9 +202,9 @@ class Claimer:
         self.marks.mark_published(restored.to_mark, watch=False)
         return restored
 
-    def mark_sending(self, claims: list[Claim]) -> list[Claim]:
+    def mark_sending(self, claims: list[Claim], *, paused_ok: bool = False) -> list[Claim]:
         """Record claims as being sent; return those to send: :meth:`Marks.mark_sending`."""
-        return self.marks.mark_sending(claims)
+        return self.marks.mark_sending(claims, paused_ok=paused_ok)
 
     def mark_maybe_sent(self, claims: list[Claim]) -> int:
         """Record fires the broker may have taken: :meth:`Marks.mark_maybe_sent`."""

@@ -111,21 +111,27 @@ class Marks:
                     marked += result.rowcount
         return marked
 
-    def mark_sending(self, claims: list[Claim]) -> list[Claim]:
+    def mark_sending(self, claims: list[Claim], *, paused_ok: bool = False) -> list[Claim]:
         """Record that ``claims`` are about to be handed to the broker; return those to send.
 
         Each moves from ``claimed`` to ``sending``, fenced on this node and its attempt,
-        and only while its task is enabled: what a take-over took, or a disable (or a
-        removal) committed since the claim, is not sent. A claim of a disabled task is
-        recorded ``dropped`` with the reason. Once ``sending``, a fire is never sent again
-        by anyone: if beat stops before :meth:`mark_published`, the beat that takes its
-        lease over records it published (``policy.decide_take_over``).
+        and only while its task is enabled and not paused (``paused_ok``: paused or not,
+        for a backfill asked by hand): what a take-over took, or a disable, a pause or a
+        removal committed since the claim, is not sent. This is also the re-check of a
+        claim taken ahead of its time. A claim of a disabled or paused task is recorded
+        ``dropped`` with the reason. Once ``sending``, a fire is never sent again by
+        anyone: if beat stops before :meth:`mark_published`, the beat that takes its lease
+        over records it published (``policy.decide_take_over``).
         """
         if not claims:
             return []
         # Correlated on the fire's task (a primary-key look-up per fire): ``IN (SELECT id
         # ... WHERE enabled)`` made SQLite scan every task for each chunk.
-        enabled = sa.exists().where(_PT.id == _F.periodic_task_id, _PT.enabled.is_(True))
+        enabled = sa.exists().where(
+            _PT.id == _F.periodic_task_id,
+            _PT.enabled.is_(True),
+            sa.true() if paused_ok else _PT.paused_at.is_(None),
+        )
         moved = 0
         by_attempt: dict[int, list[str]] = {}
         for claim in claims:

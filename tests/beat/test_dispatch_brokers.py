@@ -122,6 +122,59 @@ def test_a_templated_fire_equals_celerys_on_redis(redis_url: str, case_id: str) 
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("case_id", CASE_IDS)
+def test_a_fire_rendered_ahead_equals_celerys_on_redis(redis_url: str, case_id: str) -> None:
+    """A fire taken ahead has its message rendered when it is held (``prepare``) and sent
+    as it is when it falls due: it must decode to what Celery sends for it. A message with
+    an expiry (its TTL counts from the send) is not rendered ahead, and is built when it
+    goes."""
+    from dataclasses import replace
+
+    from dispatch_cases import assert_same, producer_of, read
+
+    from celery_cronstore.beat.dispatch import Dispatcher
+    from celery_cronstore.beat.publish import publish
+
+    queue = f"cronstore-dispatch-{uuid.uuid4().hex[:8]}"
+    app = make_app(redis_url, queue)
+    case = case_named(queue, case_id)
+    first = case.claim
+    later = replace(  # another row of the same task and options, held for its time
+        first,
+        periodic_task_id=first.periodic_task_id + 2,
+        name=f"{first.name}-c",
+        args=[a + 2 if isinstance(a, int) else f"{a}é" for a in first.args],
+        task_id=str(uuid.uuid4()),
+        fire_time=first.fire_time + timedelta(seconds=180),
+    )
+    try:
+        with producer_of(app) as producer:
+            publish(app, later, producer)
+        celery = read(app, case.queue)
+        with producer_of(app) as producer:
+            dispatcher = Dispatcher(app, producer)
+            if not dispatcher._celery:
+                pytest.skip("the fast path reproduces Celery 5.7's message only")
+            assert dispatcher.prepare([later]) == 0  # nothing learnt yet
+            with dispatcher.batch(250):
+                dispatcher.send(first)
+            expires = "expiration" in celery["properties"] or celery["headers"]["expires"]
+            assert dispatcher.prepare([later]) == (0 if expires else 1)
+            with dispatcher.batch(250):
+                dispatcher.send(later)
+            assert dispatcher.templated == 1
+            assert not dispatcher.filler._ready  # sent: nothing rendered ahead is kept
+        read(app, case.queue)  # the first fire's
+        fast = read(app, case.queue)
+        assert_same(celery, fast)
+        assert fast["headers"]["id"] == later.task_id
+        assert fast["headers"]["cronstore_name"] == later.name
+        assert fast["body"][:2] == [later.args, later.kwargs]
+    finally:
+        purge(app, [queue, f"{queue}.other"])
+
+
+@pytest.mark.redis
 def test_the_fast_path_can_be_turned_off(redis_url: str) -> None:
     from dataclasses import replace
 

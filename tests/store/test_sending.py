@@ -61,6 +61,22 @@ def test_a_disabled_task_s_claim_is_dropped_not_sent(store: Store, clock: Frozen
     assert state(store, "off") == (FireState.DROPPED, DISABLED_WAITING)
 
 
+def test_a_paused_task_s_claim_is_dropped_not_sent_unless_asked_by_hand(
+    store: Store, clock: FrozenClock
+) -> None:
+    """The ``sending`` write is also the re-check of a fire taken ahead: a pause committed
+    since the claim stops it, as a disable does. A backfill (``paused_ok``) still goes."""
+    claims = claimed(store, clock, "a", "held", "asked")
+    store.pause("held", note="maintenance")
+    store.pause("asked")
+    beat = Claimer(store, "b1", lease=5)
+    by_name = {c.name: c for c in claims}
+    assert [c.name for c in beat.mark_sending([by_name["a"], by_name["held"]])] == ["a"]
+    assert state(store, "held") == (FireState.DROPPED, DISABLED_WAITING)
+    assert [c.name for c in beat.mark_sending([by_name["asked"]], paused_ok=True)] == ["asked"]
+    assert state(store, "asked") == (FireState.SENDING, None)
+
+
 def test_a_claim_taken_over_is_not_sent_by_its_first_beat(store: Store, clock: FrozenClock) -> None:
     claims = claimed(store, clock, "a")
     clock.set(T0 + timedelta(seconds=16))  # past the 5 s lease
