@@ -27,17 +27,19 @@ def set_based(conn: sa.Connection) -> bool:
 
 
 def among(column: sa.ColumnElement[Any], values: list[Any], postgres: bool) -> Any:
-    """``column IN (values)``; on PostgreSQL with the values written into the statement.
+    """``column IN (values)``; on PostgreSQL ``column = ANY(:array)``, one parameter.
 
-    PostgreSQL looks a list of constants up by hash (``IN`` of 9 or more), but a list of
-    parameters only element by element once psycopg prepares the statement (its generic
-    plan): a burst's ``sending`` mark of 250 fires then compared each of the 10,000
-    claimed rows it scanned with every task id (40 ms a chunk, against 5 ms). The values
-    are rendered by SQLAlchemy's literal quoting of the column's type.
+    One array is bound and adapted by the driver, not a parameter (or a literal) per
+    value; SQLAlchemy compiles the statement once. Meant for look-ups through
+    ``column``'s unique index: PostgreSQL compares an array parameter with each row it
+    scans element by element, so a caller whose plan might scan (``store.marks``: a
+    transaction with ``enable_seqscan`` off, and no other index in the statement's reach)
+    must leave the planner only the index.
     """
     if not postgres:
         return column.in_(values)
-    return column.in_(sa.bindparam(None, list(values), expanding=True, literal_execute=True))
+    array = sa.bindparam(None, list(values), type_=postgresql.ARRAY(column.type))
+    return column == sa.any_(array)
 
 
 def unnest(columns: Mapping[str, sa.types.TypeEngine[Any]], name: str = "v") -> Any:
