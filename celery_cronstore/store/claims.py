@@ -321,6 +321,7 @@ class Claimer:
     def _claim_batch(self, ahead: timedelta) -> TickResult:
         self._calendar_cache = None  # a calendar edited since the last batch counts now
         with self.db.begin() as conn:
+            self.db.by_key(conn)  # the batch's rows by key, whatever the statistics say
             now = self.db.now(conn)
             query = (
                 sa.select(periodic_task)

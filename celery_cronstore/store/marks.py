@@ -225,13 +225,10 @@ class Marks:
 
     @contextmanager
     def _begin(self) -> Iterator[sa.Connection]:
-        """A write transaction for writes to lists of fires found by key. On PostgreSQL
-        with ``enable_seqscan`` off for it alone: a table whose statistics are older than
-        a burst (a fresh store, thousands of tasks just added) looks small to the planner,
-        which then reads all of it for every chunk instead of looking the keys up."""
+        """A write transaction for writes to lists of fires found by key
+        (:meth:`Database.by_key`)."""
         with self.db.begin() as conn:
-            if self._postgres:
-                conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            self.db.by_key(conn)
             yield conn
 
     def _live(self, conn: sa.Connection, ids: list[int], paused_ok: bool) -> set[int]:
