@@ -136,8 +136,6 @@ def claim_sql(engine: sa.Engine, due: int) -> float:
     with engine.connect() as conn:
         t = time.perf_counter()
         with conn.begin():
-            if postgres:  # as beat's claim (Database.by_key): keys looked up, not scanned
-                conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
             now = datetime.now(UTC)
             query = sa.select(pt.id, pt.version, pt.next_run).where(
                 pt.enabled == sa.true(), pt.next_run <= now

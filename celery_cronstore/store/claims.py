@@ -321,7 +321,6 @@ class Claimer:
     def _claim_batch(self, ahead: timedelta) -> TickResult:
         self._calendar_cache = None  # a calendar edited since the last batch counts now
         with self.db.begin() as conn:
-            self.db.by_key(conn)  # the batch's rows by key, whatever the statistics say
             now = self.db.now(conn)
             query = (
                 sa.select(periodic_task)
@@ -329,7 +328,8 @@ class Claimer:
                 .order_by(_PT.next_run)
                 .limit(self.batch_size)
             )
-            rows = conn.execute(self.db.locked(query, skip_locked=True)).all()
+            with self.db.in_index_order(conn):
+                rows = conn.execute(self.db.locked(query, skip_locked=True)).all()
             batch = Batch()
             for row in rows:
                 self._plan_row(conn, row, now, batch)
