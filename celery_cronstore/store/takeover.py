@@ -62,7 +62,9 @@ class TakeOver:
         with self.db.begin() as conn:
             now = self.db.now(conn)
             query = (
-                sa.select(fire, periodic_task)
+                # The task's columns first: both tables have an ``id``, and ``to_task`` reads
+                # the task's by name (the ledger row's is read as ``_F.id``).
+                sa.select(periodic_task, fire)
                 .join_from(fire, periodic_task, _F.periodic_task_id == _PT.id)
                 .where(unpublished(now))
                 .order_by(_F.lease_until)

@@ -87,6 +87,25 @@ def test_a_claim_taken_over_is_not_sent_by_its_first_beat(store: Store, clock: F
     assert taker.mark_sending([again]) == [again]
 
 
+def test_a_taken_over_claim_names_its_periodic_task_not_its_ledger_row(
+    store: Store, clock: FrozenClock
+) -> None:
+    """The take-over reads the ledger joined to the tasks, and both have an ``id``: the
+    claim it returns must carry the task's (the ``sending`` re-check, a drop and the task
+    put in error go by it). It carried the ledger row's, so a taken-over plain fire was
+    dropped as if its task were gone once the re-check read the task by that id."""
+    first = claimed(store, clock, "a", "b")  # ledger rows 1 and 2
+    beat = Claimer(store, "b1", lease=5)
+    beat.mark_published(beat.mark_sending(first))
+    clock.set(T0 + timedelta(seconds=20))
+    beat.claim_due()  # ledger rows 3 and 4, then beat stops before sending them
+    clock.set(T0 + timedelta(seconds=26))  # past the 5 s lease
+    taker = Claimer(store, "b2", lease=5)
+    again = taker.reclaim_expired()
+    assert {c.periodic_task_id for c in again} == {store.get("a").id, store.get("b").id}
+    assert {c.name for c in taker.mark_sending(again)} == {"a", "b"}
+
+
 def test_released_claims_go_back_and_handed_back_ones_lapse(
     store: Store, clock: FrozenClock
 ) -> None:
