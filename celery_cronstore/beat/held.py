@@ -45,6 +45,7 @@ from celery_cronstore.policy.lead import (
 )
 from celery_cronstore.records import Claim
 from celery_cronstore.store import Claimer
+from celery_cronstore.store.engine import DATABASE_ERRORS
 
 __all__ = ["MARK_AGE", "MARK_GAP", "MARK_MOST", "NEAR", "Held", "HeldClaims", "lately"]
 
@@ -227,7 +228,14 @@ class HeldClaims:
             return
         sent, self._unmarked = self._unmarked, []
         ago = {claim.task_id: clock - went for claim, went in sent}
-        self.sender.mark([claim for claim, _ in sent], ago)
+        try:
+            # As a send: a SIGTERM now lets the mark finish (then beat stops), instead of
+            # cutting it off with the fires half-recorded.
+            with self.sender.stop.sending():
+                self.sender.mark([claim for claim, _ in sent], ago)
+        except DATABASE_ERRORS:  # kept, and marked with the next ones
+            self._unmarked = sent + self._unmarked
+            raise
 
     def _still_enabled(self, held: list[Held]) -> list[Claim]:
         """Return the claims of ``held`` to publish, in order: those taken before their
