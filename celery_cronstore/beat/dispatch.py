@@ -168,9 +168,7 @@ class Dispatcher:
             self._tally.passed()
             return
         logger.info("beat: sending %s (%s) for %s", claim.name, claim.task, claim.fire_time)
-        task, preopts = spec
-        guarded = isinstance(task, self._CronTask)
-        options = self._options(claim, task, preopts, guarded)
+        task, guarded, options = self._parts(claim, spec)
         if self._templated(claim, guarded, options):
             return
         args, kwargs = claim.args, claim.kwargs
@@ -265,9 +263,7 @@ class Dispatcher:
             spec = self._spec(claim.task)
             if spec is None:
                 continue
-            task, preopts = spec
-            guarded = isinstance(task, self._CronTask)
-            options = self._options(claim, task, preopts, guarded)
+            _, guarded, options = self._parts(claim, spec)
             shape = self._shape(claim, guarded)
             try:  # a refusal: its send says why, and drops it, when it falls due
                 ready = self.filler.fill(claim, shape, options, channel, self._check(claim), True)
@@ -299,14 +295,18 @@ class Dispatcher:
         task = self._tasks.get(claim.task)
         return getattr(task[0], "__header__", None) if task and task[0] and task[0].typing else None
 
-    @staticmethod
-    def _options(claim: Claim, task: Any, preopts: dict[str, Any], guarded: bool) -> dict[str, Any]:
-        """Return the message options of ``claim``: the row's over the task's own."""
+    def _parts(
+        self, claim: Claim, spec: tuple[Any, dict[str, Any]]
+    ) -> tuple[Any, bool, dict[str, Any]]:
+        """Return ``claim``'s task (``None``: sent by name), whether its fire is guarded
+        (a CronTask's), and its message options: the row's over the task's own."""
+        task, preopts = spec
+        guarded = isinstance(task, self._CronTask)
         options = message_options(claim, guarded=guarded)
         if task is not None:
             options = dict(preopts, **options)
             options.setdefault("ignore_result", task.ignore_result)
-        return options
+        return task, guarded, options
 
     def _spec(self, name: str) -> tuple[Any, dict[str, Any]] | None:
         """Return (task or None, its exec options) if the fast path may send ``name``."""
