@@ -158,6 +158,9 @@ class Claim:
     #: (its message says so; the CronTask guard then neither drops it as early or
     #: superseded nor moves the task's ``last_run`` with it).
     requested: str | None = None
+    #: Recorded ``sending`` by its claim's own transaction (due when claimed, published
+    #: at once, a second publish could run it twice): no separate mark before it goes.
+    sending: bool = False
 
     @property
     def send_at(self) -> datetime:

@@ -23,7 +23,7 @@ from celery_cronstore.beat.stall import CUT_SLACK, PUBLISHING, Stall, Watchdog
 from celery_cronstore.config import Config
 from celery_cronstore.errors import StoreUnavailableError
 from celery_cronstore.store import Claimer
-from celery_cronstore.store.claims import deadlock
+from celery_cronstore.store.engine import deadlock
 from celery_cronstore.store.links import Links
 from celery_cronstore.store.server import ServerWatch
 
@@ -257,7 +257,8 @@ class Loop:
         began = time.monotonic()
         if began < self._claim_after:  # the other beats write back their sends first
             return min(self._claim_after - began, held.wait())
-        result = claimer.claim_due(ahead)
+        # The fires due now are published at once: their claim records them ``sending``.
+        result = claimer.claim_due(ahead, sending=True)
         sender.report(result.errors)
         sender.revoke(result.revoke)
         self._buffered = result.buffered > 0 or (result.conflict and self._buffered)

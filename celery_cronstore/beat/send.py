@@ -12,9 +12,11 @@ of the claimer's seam, :class:`~celery_cronstore.catalog.TaskCatalog`, in one pl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -163,7 +165,8 @@ class Sender:
                     outcome = settle(handed, failing, rest, exc, buffered=dispatcher.buffered)
                     sent.extend(outcome.went)
                     again = [c for c in outcome.unsure if not self._once(c)]
-                    pending = [*outcome.unsent, *again, *claims[start + PUBLISH_CHUNK :]]
+                    unsent = [replace(c, sending=False) for c in outcome.unsent]
+                    pending = [*unsent, *again, *claims[start + PUBLISH_CHUNK :]]
                     self._lost_answer([c for c in outcome.unsure if self._once(c)])
                     self.claimer.release([c for c in outcome.unsent if self._once(c)])
                     raise
@@ -174,7 +177,7 @@ class Sender:
             if pending is None:  # failed before any chunk went out: it all waits
                 gone = {c.task_id for c, _ in failed} | {c.task_id for c in sent}
                 pending = [c for c in claims[done:] if c.task_id not in gone]
-            self._pending = pending
+            self._pending = self._put_back(pending)
             if isinstance(exc, DATABASE_ERRORS):
                 # The ledger is away: the loop backs off; what went is marked later.
                 self._record(sent, failed, mark)
@@ -248,13 +251,34 @@ class Sender:
 
     def _intend(self, chunk: list[Claim]) -> list[Claim]:
         """Record the chunk's fires that must go at most once as ``sending``; return the
-        chunk less those the ledger refused (taken over, or their task disabled)."""
-        once = [c for c in chunk if self._once(c)]
-        if not once:
-            return chunk
-        going = {c.task_id for c in self.claimer.mark_sending(once)}
-        once_ids = {c.task_id for c in once}
-        return [c for c in chunk if c.task_id not in once_ids or c.task_id in going]
+        chunk less those the ledger refused (taken over, or their task disabled or paused).
+
+        Those their claim recorded ``sending`` already (``Claim.sending``) need no write:
+        their tasks are read again instead (one read, no write), so a disable committed
+        since the claim (one that waited for the claim's row locks, say) still stops them.
+        """
+        marked = [c for c in chunk if c.sending]
+        once = [c for c in chunk if not c.sending and self._once(c)]
+        refused: set[str] = set()
+        if marked:
+            kept = {c.task_id for c in self.claimer.recheck(marked)}
+            refused.update(c.task_id for c in marked if c.task_id not in kept)
+        if once:
+            going = {c.task_id for c in self.claimer.mark_sending(once)}
+            refused.update(c.task_id for c in once if c.task_id not in going)
+        return [c for c in chunk if c.task_id not in refused] if refused else chunk
+
+    def _put_back(self, claims: list[Claim]) -> list[Claim]:
+        """Return ``claims``, which did not go and wait for another attempt, with those
+        their claim recorded ``sending`` put back to ``claimed``: the next attempt writes
+        ``sending`` again, after the re-check of fires that waited. If the database is
+        away they stay ``sending`` (this beat's, same attempt), which that write accepts."""
+        marked = [c for c in claims if c.sending]
+        if not marked:
+            return claims
+        with contextlib.suppress(*DATABASE_ERRORS):
+            self.claimer.release(marked)
+        return [replace(c, sending=False) if c.sending else c for c in claims]
 
     def _lost_answer(self, unsure: list[Claim]) -> None:
         """Record fires the broker may or may not have taken: sent at most once, they are

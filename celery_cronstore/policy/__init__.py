@@ -41,7 +41,6 @@ from celery_cronstore.policy.fires import (
     make_claim,
     missed_entry,
     plan,
-    plan_past,
     resume_point,
     runs_left,
     withheld,
@@ -61,6 +60,7 @@ from celery_cronstore.policy.messages import (
     option_problems,
     send_refusal,
 )
+from celery_cronstore.policy.past import plan_past
 from celery_cronstore.policy.plain import PlainDecision, PlainSnapshot, decide_plain_start
 from celery_cronstore.policy.redelivery import (
     RedeliveryDecision,

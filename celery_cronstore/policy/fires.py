@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from celery_cronstore.errors import TimerError
 from celery_cronstore.policy import jitter
 from celery_cronstore.policy.backlog import Backlog, backlog, choose
 from celery_cronstore.policy.bounds import bounded, walk_until
@@ -33,7 +32,6 @@ __all__ = [
     "make_claim",
     "missed_entry",
     "plan",
-    "plan_past",
     "resume_point",
     "runs_left",
     "withheld",
@@ -41,19 +39,6 @@ __all__ = [
 
 #: Namespace of the deterministic Celery task ids (uuid5 of task identity + fire time).
 _NAMESPACE = uuid.UUID("6f6b3d1e-4a43-4c8e-9d53-2f7d8a1c0b5e")
-#: How far past ``now`` a timer that failed to answer is asked again (first answer wins).
-PAST_STEPS = tuple(
-    timedelta(**unit)
-    for unit in (
-        {"minutes": 1},
-        {"hours": 1},
-        {"days": 1},
-        {"days": 7},
-        {"days": 31},
-        {"days": 366},
-    )
-)
-
 #: (fire time, state) of the newest fire of a task that is still in flight.
 Running = tuple[datetime, str]
 
@@ -143,9 +128,16 @@ RUN_NOW_REASON = "run-now requested"
 
 
 def make_claim(
-    task: PeriodicTask, when: datetime, task_id: str, attempt: int, timer: Timer | None
+    task: PeriodicTask,
+    when: datetime,
+    task_id: str,
+    attempt: int,
+    timer: Timer | None,
+    *,
+    sending: bool = False,
 ) -> Claim:
-    """Return the claim to publish for fire ``when`` of ``task`` (attempt ``attempt``)."""
+    """Return the claim to publish for fire ``when`` of ``task`` (attempt ``attempt``;
+    ``sending``: its ledger row is written ``sending``, see :func:`plan`)."""
     send_at = when if timer is None else _due(task, timer, when) or when
     expires = None
     if task.start_deadline is not None:
@@ -163,6 +155,7 @@ def make_claim(
         expires=expires,
         interval=interval_after(timer, when),
         due=send_at if send_at != when else None,
+        sending=sending,
     )
 
 
@@ -177,6 +170,7 @@ def plan(
     grace: timedelta,
     taken: frozenset[datetime] = frozenset(),
     calendars: Mapping[str, Calendar] | None = None,
+    sending: bool = False,
 ) -> Plan:
     """Decide what becomes of a due task at ``now``.
 
@@ -189,6 +183,12 @@ def plan(
     row's ``last_fire`` and points in ``taken`` are already in the ledger: they are passed
     over, never claimed twice. A fire an exclusion calendar of the task covers
     (``calendars``, by name) is recorded ``skipped`` with the calendar's reason.
+
+    ``sending``: ``now`` is the real now and the caller hands the claims to the broker as
+    soon as its transaction commits; their entries are written ``sending`` instead of
+    ``claimed`` (the step a fire sent at most once takes just before it goes), so no
+    second write is needed before they go. Every claim's send time is at or before
+    ``now`` (a fire whose jittered send is later is left for the next plan).
     """
     left = runs_left(task)
     excludes = calendar_names(task.exclude)
@@ -232,7 +232,7 @@ def plan(
             periodic_task_id=task.id,
             fire_time=when,
             task_id=fire_task_id(task.id, task.name, when),
-            state=FireState.CLAIMED,
+            state=FireState.SENDING if sending else FireState.CLAIMED,
             claimed_by=node,
             lease_until=now + lease,
             claimed_at=now,
@@ -265,7 +265,9 @@ def plan(
                 why = f"replaced by fire {when.isoformat()} (overlap policy replace)"
                 replaces.append((held[0], why))
             entries.append(claimed)
-            claims.append(make_claim(task, when, claimed.task_id, claimed.attempts, timer))
+            claims.append(
+                make_claim(task, when, claimed.task_id, claimed.attempts, timer, sending=sending)
+            )
     ended = left is not None and len(claims) >= left
     following = None if ended else _due(task, timer, _bounded(task, timer, walk.following))
     update = RowUpdate(next_run=following, last_fire=walk.tail[-1], runs=len(claims))
@@ -314,52 +316,6 @@ def resume_point(next_run: datetime, last_fire: datetime | None, timer: Timer) -
     if last_fire is not None and next_run <= last_fire:
         return timer.next_after(last_fire)
     return next_run
-
-
-def plan_past(
-    task: PeriodicTask,
-    timer: Timer,
-    now: datetime,
-    error: Exception,
-    *,
-    node: str,
-    lease: timedelta,
-) -> Plan | None:
-    """Plan a task whose timer failed to answer near ``now``: ask it again further on.
-
-    A timer error must not kill a task that still has future fires: the fire that was
-    due (a grid point computed earlier) is still claimed, and the next plan is the timer's
-    first answer after ``now`` plus one of :data:`PAST_STEPS`. Return ``None`` when no
-    step gives an answer (the caller puts the row in error).
-    """
-    for step in PAST_STEPS:
-        try:
-            following = timer.next_after(now + step)
-        except TimerError:
-            continue
-        if following is None:
-            return None
-        due = task.next_run if task.next_run not in (None, EPOCH) else None
-        if due is None or due > now:
-            return Plan(RowUpdate(next_run=following))
-        task_id = fire_task_id(task.id, task.name, due)
-        entry = Entry(
-            periodic_task_id=task.id,
-            fire_time=due,
-            task_id=task_id,
-            state=FireState.CLAIMED,
-            reason=f"the timer could not answer after this fire ({error}); next plan "
-            f"{following.isoformat()}",
-            claimed_by=node,
-            lease_until=now + lease,
-            claimed_at=now,
-        )
-        try:
-            claim = make_claim(task, due, task_id, 1, timer)
-        except TimerError:
-            claim = make_claim(task, due, task_id, 1, None)
-        return Plan(RowUpdate(next_run=following, last_fire=due, runs=1), [entry], [claim])
-    return None
 
 
 def _once(read: Callable[[], Running | None]) -> Callable[[], Running | None]:

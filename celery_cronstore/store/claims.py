@@ -240,18 +240,23 @@ class Claimer:
 
     # -- claiming -------------------------------------------------------------------------
 
-    def claim_due(self, ahead: timedelta = timedelta(0)) -> TickResult:
+    def claim_due(self, ahead: timedelta = timedelta(0), *, sending: bool = False) -> TickResult:
         """Claim one batch of due fires in one transaction; return what must be published.
 
         ``ahead``: also claim the fires due within that much of now, each planned as of its
         own fire time (beat publishes them at that time: its claim's transaction is done
         before). The claims come in fire-time order.
 
+        ``sending``: the caller sends the fires due now at once; those a second publish
+        could run twice (not ``redeliverable``) are written ``sending`` by this claim,
+        whose row locks are their re-check (``policy.plan``). Fires claimed ahead stay
+        ``claimed`` until ``Marks.mark_sending`` re-checks them when they go.
+
         A batch that lost a race with another writer is rolled back whole and reported as
         rows seen with nothing claimed, so the caller looks again at once.
         """
         try:
-            return self._claim_batch(ahead)
+            return self._claim_batch(ahead, sending)
         except Conflict as exc:
             logger.info("beat: %s; looking again", exc)
             return TickResult(self.db.now(), [], 1, [], conflict=True)
@@ -318,7 +323,7 @@ class Claimer:
             )
             return int(result.rowcount)
 
-    def _claim_batch(self, ahead: timedelta) -> TickResult:
+    def _claim_batch(self, ahead: timedelta, sending: bool) -> TickResult:
         self._calendar_cache = None  # a calendar edited since the last batch counts now
         with self.db.begin() as conn:
             now = self.db.now(conn)
@@ -332,7 +337,7 @@ class Claimer:
                 rows = conn.execute(self.db.locked(query, skip_locked=True)).all()
             batch = Batch()
             for row in rows:
-                self._plan_row(conn, row, now, batch)
+                self._plan_row(conn, row, now, batch, sending)
             write_ledger(conn, batch, now, self._plan)
             write_rows(conn, batch)
             replaced = mark_replaced(conn, batch.replaced(), now)
@@ -353,6 +358,7 @@ class Claimer:
         task: PeriodicTask,
         now: datetime,
         taken: frozenset[datetime] = frozenset(),
+        sending: bool = False,
     ) -> policy.Plan:
         return policy.plan(
             task,
@@ -364,6 +370,7 @@ class Claimer:
             grace=self.misfire_grace,
             taken=taken,
             calendars=self._calendars(conn) if task.exclude else None,
+            sending=sending,
         )
 
     def _calendars(self, conn: sa.Connection) -> dict[str, Calendar]:
@@ -372,8 +379,11 @@ class Claimer:
             self._calendar_cache = Calendars(self.db, self.store.actor).load(conn)
         return self._calendar_cache
 
-    def _plan_row(self, conn: sa.Connection, row: sa.Row[Any], now: datetime, batch: Batch) -> None:
-        """Plan one due row; whatever is wrong with it, only this row is affected."""
+    def _plan_row(
+        self, conn: sa.Connection, row: sa.Row[Any], now: datetime, batch: Batch, sending: bool
+    ) -> None:
+        """Plan one due row (``sending``: :meth:`claim_due`'s); whatever is wrong with it,
+        only this row is affected."""
         try:
             task, problems = read_task(row)
             at = as_of(task, now)
@@ -386,7 +396,8 @@ class Claimer:
                 logger.info("beat: periodic task %r resumed (its pause ended)", task.name)
             reason = self.problem(task, row, problems)
             if reason is None:
-                planned = self._plan(conn, task, at)
+                now_sent = sending and at == now and not self.seam.redeliverable(task.task)
+                planned = self._plan(conn, task, at, sending=now_sent)
                 held = self.peers.refusal(conn, task, now)
                 if held is not None:  # its old scheduler still fires it: record, send none
                     planned = policy.withheld(planned, held)
@@ -413,12 +424,3 @@ class Claimer:
 
 #: The overlap policies for which a published fire waiting for its start is in flight.
 _WATCHING = ("buffer_one", "replace")
-
-#: How each database says a transaction was chosen as a deadlock's victim.
-_DEADLOCK = ("Deadlock found when trying to get lock", "deadlock detected")
-
-
-def deadlock(exc: StoreUnavailableError) -> bool:
-    """Return whether ``exc`` is a deadlock the server broke by rolling this transaction
-    back (MySQL/MariaDB error 1213, PostgreSQL SQLSTATE 40P01): retried, not an outage."""
-    return not exc.unreachable and any(text in exc.reason for text in _DEADLOCK)

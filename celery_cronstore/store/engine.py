@@ -43,6 +43,7 @@ __all__ = [
     "connection_lost",
     "create_store_engine",
     "db_now",
+    "deadlock",
     "driver_error",
     "now_expression",
     "redact",
@@ -54,6 +55,14 @@ __all__ = [
 #: SQLAlchemy error it does not translate (a data or SQL error the engine met). Beat backs
 #: off and retries on any of them, as on an outage, without importing SQLAlchemy itself.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (StoreUnavailableError, sa.exc.SQLAlchemyError)
+#: How each database says a transaction was chosen as a deadlock's victim.
+_DEADLOCK = ("Deadlock found when trying to get lock", "deadlock detected")
+
+
+def deadlock(exc: StoreUnavailableError) -> bool:
+    """Return whether ``exc`` is a deadlock the server broke by rolling this transaction
+    back (MySQL/MariaDB error 1213, PostgreSQL SQLSTATE 40P01): retried, not an outage."""
+    return not exc.unreachable and any(text in exc.reason for text in _DEADLOCK)
 
 
 Clock = Callable[[], datetime]

@@ -312,7 +312,8 @@ class Marks:
             return list(claims)
         with self.db.begin() as conn:
             now = self.db.now(conn)
-            _drop_waiting(conn, stale, now)
+            # Still this beat's and not sent (``claimed``, or ``sending`` from the claim).
+            _drop_waiting(conn, stale, now, _F.claimed_by == self.node)
         return [c for c in claims if c.periodic_task_id in enabled]
 
 
@@ -331,14 +332,14 @@ def unindexed_state(states: tuple[str, ...]) -> sa.ColumnElement[bool]:
 def _drop_waiting(
     conn: sa.Connection, ids: list[str], now: datetime, *fence: sa.ColumnElement[bool]
 ) -> None:
-    """Record the claims ``ids`` (still ``claimed``) dropped: their task was disabled or
-    removed while they waited to be sent."""
+    """Record the claims ``ids`` (not sent: ``claimed``, or ``sending`` by their claim)
+    dropped: their task was disabled or removed while they waited to be sent."""
     for start in range(0, len(ids), IN_CHUNK):
         conn.execute(
             sa.update(fire)
             .where(
                 _F.task_id.in_(ids[start : start + IN_CHUNK]),
-                unindexed_state((FireState.CLAIMED,)),
+                unindexed_state(UNSENT),
                 *fence,
             )
             .values(

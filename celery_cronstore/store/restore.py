@@ -12,8 +12,9 @@ outage, hands that list to :func:`restore`, which in one transaction:
   then marks them ``published`` as usual), so that a claim of the same fire collides with
   the ledger's unique key and plans past it: the fire is not sent again;
 - takes back a row still ``claimed`` by this beat, or by another beat that claimed it
-  again and has not sent it yet (``sending`` under this beat: the other's ``sending``
-  write, fenced on its claim, finds nothing);
+  again (ahead of its time) and has not sent it yet (``sending`` under this beat: the
+  other's ``sending`` write, fenced on its claim, finds nothing); a plain fire claimed
+  again when due is ``sending`` from its claim on (``Claimer.claim_due(sending=True)``);
 - reports a fire that another beat claimed again and already sent: it may have run twice
   (the case no database can prevent without synchronous replication), written into that
   row's reason (which a run's start record keeps: :func:`kept_report`) and logged with

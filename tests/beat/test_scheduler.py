@@ -19,7 +19,7 @@ from celery_cronstore.beat.outcome import Refused
 from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.errors import StoreUnavailableError
 from celery_cronstore.store import Claimer, Store
-from celery_cronstore.store.marks import ANSWER_LOST
+from celery_cronstore.store.marks import ANSWER_LOST, DISABLED_WAITING
 from celery_cronstore.testing import FrozenClock
 
 
@@ -111,6 +111,76 @@ def test_broker_outage_keeps_claims_and_publishes_them_later(
     assert [m["id"] for m in sent(app)] == [store.history("a")[0].task_id]
     assert store.history("a")[0].state == "published"
     assert store.history("a")[0].reason is None
+
+
+def test_fires_due_now_go_without_a_second_write_and_wait_claimed_through_an_outage(
+    app: Celery, store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain task's fire claimed when due is recorded ``sending`` by its claim: it goes
+    with no ``sending`` write of its own. When the broker takes nothing, every fire of the
+    batch, in the failed chunk or after it, goes back to ``claimed``; the retry re-checks
+    them, so a task disabled during the outage sends nothing."""
+    names = ("x.a", "x.b", "x.c", "x.d", "x.do")
+    for name in names:
+        store.add(name, task=name, timer="*:*:0/10")
+    scheduler = make(app, store)
+    writes: list[int] = []
+    real = Claimer.mark_sending
+
+    def counted(self: Claimer, claims: Any, **kw: Any) -> Any:
+        writes.append(len(claims))
+        return real(self, claims, **kw)
+
+    monkeypatch.setattr(Claimer, "mark_sending", counted)
+    monkeypatch.setattr("celery_cronstore.beat.send.PUBLISH_CHUNK", 2)  # three chunks
+    clock.set(T0 + timedelta(seconds=10))
+    assert scheduler.tick() == 0.0
+    assert len(sent(app)) == 5
+    assert writes == []  # the claim wrote ``sending``: no second write before the send
+    assert {store.history(n)[0].state for n in names} == {"published"}
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise Refused("broker down")  # the broker took nothing
+
+    with monkeypatch.context() as outage:
+        outage.setattr(Dispatcher, "send", refused)
+        clock.set(T0 + timedelta(seconds=20))
+        assert scheduler.tick() > 0  # backs off
+        assert {store.history(n)[0].state for n in names} == {"claimed"}
+        store.disable("x.c")
+    scheduler.tick()
+    assert sorted(m["task"] for m in sent(app)) == ["x.a", "x.b", "x.d", "x.do"]
+    assert store.history("x.c")[0].state == "dropped"
+    assert writes == [2, 2]  # the retry's re-check, a chunk each: x.c's fire is not sent
+    scheduler.close()
+
+
+def test_a_disable_committed_after_the_claim_stops_a_fire_its_claim_recorded_sending(
+    app: Celery, store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disable that waited for the claim's row locks commits just after the claim, with
+    the fire already ``sending``: the read before the send still stops it."""
+    store.add("x.a", task="x.a", timer="*:*:0/10")
+    store.add("x.b", task="x.b", timer="*:*:0/10")
+    scheduler = make(app, store)
+    real = Claimer.claim_due
+
+    def then_disabled(self: Claimer, *args: Any, **kw: Any) -> Any:
+        result = real(self, *args, **kw)
+        if result.claims:
+            assert store.history("x.b")[0].state == "sending"
+            store.disable("x.b")
+        return result
+
+    monkeypatch.setattr(Claimer, "claim_due", then_disabled)
+    clock.set(T0 + timedelta(seconds=10))
+    scheduler.tick()
+    assert [m["task"] for m in sent(app)] == ["x.a"]
+    assert (store.history("x.b")[0].state, store.history("x.b")[0].reason) == (
+        "dropped",
+        DISABLED_WAITING,
+    )
+    scheduler.close()
 
 
 def test_a_fire_whose_send_broke_off_is_never_sent_again(

@@ -9,7 +9,7 @@ import pytest
 from timeline import T0
 
 from celery_cronstore.errors import TimerSearchError
-from celery_cronstore.policy.fires import PAST_STEPS, plan_past
+from celery_cronstore.policy.past import PAST_STEPS, plan_past
 from celery_cronstore.records import EPOCH, PeriodicTask
 from celery_cronstore.timers import Timer
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from celery_cronstore.errors import StoreUnavailableError
 from celery_cronstore.store import Store
-from celery_cronstore.store.claims import deadlock
+from celery_cronstore.store.engine import deadlock
 
 
 @pytest.mark.parametrize("backend", [

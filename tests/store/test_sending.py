@@ -176,3 +176,63 @@ def test_a_fire_recorded_lost_that_starts_late_becomes_a_start(
         conn.exec_driver_sql("UPDATE cronstore_fire SET state = 'lost', reason = 'never started'")
     assert _start(store, claim.task_id) == (True, None)
     assert state(store, "a") == (FireState.STARTED, None)
+
+
+class _Beat:
+    """The seam of beat's app: tasks named ``guarded.*`` may be published again (a
+    CronTask, or ``acks_late``), the others must go at most once."""
+
+    def registered(self, name: str) -> str | None:
+        return None
+
+    def guarded(self, name: str) -> bool:
+        return name.startswith("guarded.")
+
+    def redeliverable(self, name: str) -> bool:
+        return name.startswith("guarded.")
+
+    def call_problem(self, name: str, args: object, kwargs: object) -> str | None:
+        return None
+
+
+def test_a_claim_for_a_fire_sent_at_once_records_it_sending_in_the_same_transaction(
+    store: Store, clock: FrozenClock
+) -> None:
+    """``claim_due(sending=True)``: the fires due now that go at most once are written
+    ``sending`` by the claim (its row locks are the re-check), so beat needs no second
+    write before they go; a fire that may go again, or one claimed ahead of its time, is
+    ``claimed`` and takes the ``sending`` write (its re-check) when it goes."""
+    store.add("plain", task="x.do", timer="every 10s")
+    store.add("guarded", task="guarded.do", timer="every 10s")
+    store.add("later", task="x.do", timer="*:*:12")  # at 12:00:12, claimed ahead
+    clock.set(T0 + timedelta(seconds=10))
+    beat = Claimer(store, "b1", lease=5, seam=_Beat())  # type: ignore[arg-type]
+    claims = beat.claim_due(timedelta(seconds=3), sending=True).claims
+    assert {c.name: c.sending for c in claims} == {
+        "plain": True,
+        "guarded": False,
+        "later": False,
+    }
+    assert [state(store, n)[0] for n in ("plain", "guarded", "later")] == [
+        FireState.SENDING,
+        FireState.CLAIMED,
+        FireState.CLAIMED,
+    ]
+    # A lapsed one is settled as one that may have gone out; never sent again.
+    clock.set(T0 + timedelta(seconds=16))
+    taken = Claimer(store, "b2", lease=5, seam=_Beat()).reclaim_expired()  # type: ignore[arg-type]
+    assert sorted(c.name for c in taken) == ["guarded"]
+    assert state(store, "plain") == (FireState.PUBLISHED, MAYBE_SENT)
+    beat.close()
+
+
+def test_without_sending_the_claim_records_every_fire_claimed(
+    store: Store, clock: FrozenClock
+) -> None:
+    store.add("plain", task="x.do", timer="every 10s")
+    clock.set(T0 + timedelta(seconds=10))
+    beat = Claimer(store, "b1", lease=5, seam=_Beat())  # type: ignore[arg-type]
+    (claim,) = beat.claim_due().claims
+    assert not claim.sending
+    assert state(store, "plain") == (FireState.CLAIMED, None)
+    beat.close()
