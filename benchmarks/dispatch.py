@@ -16,7 +16,11 @@ For each backend it prints, measured in the same run:
     python benchmarks/dispatch.py [--backends sqlite,postgresql] [--due 10000]
                                   [--rounds 3] [--broker redis|amqp|redis,amqp]
                                   [--background 1000]
-                                  [--profile out.prof]
+                                  [--profile out.prof] [--phases]
+
+``--phases``: also print where the last round's dispatch spent its time, phase by phase
+(``benchmarks/_phases.py``: wall time inside beat's claim, plan, ledger, send and mark
+functions, per fire).
 
 Messages go to the queue ``cronstore-bench-dispatch`` (a Redis list of that name, or a
 RabbitMQ queue), emptied before and after. See docs/benchmarks.md for the figures.
@@ -25,6 +29,7 @@ RabbitMQ queue), emptied before and after. See docs/benchmarks.md for the figure
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -222,7 +227,12 @@ def make_app(store_url: str, broker: Broker, fast: bool = True) -> Any:
 
 
 def dispatch_once(
-    store: Any, scheduler: Any, broker: Broker, args: argparse.Namespace, profile: str | None
+    store: Any,
+    scheduler: Any,
+    broker: Broker,
+    args: argparse.Namespace,
+    profile: str | None,
+    phases: list[list[str]] | None = None,
 ) -> tuple[float, list[Any]]:
     """Make ``--due`` rows due, tick ``scheduler`` until the broker holds every message;
     return the seconds and the messages (taken off the broker), the ledger checked."""
@@ -238,12 +248,17 @@ def dispatch_once(
 
         profiler = cProfile.Profile()
         profiler.enable()
-    t = time.perf_counter()
-    count = 0
-    while count < args.due and time.perf_counter() - t < args.timeout:
-        scheduler.tick()
-        count = broker.count()
-    elapsed = time.perf_counter() - t
+    from _phases import rows, timed
+
+    with timed() if phases is not None else contextlib.nullcontext() as spent:
+        t = time.perf_counter()
+        count = 0
+        while count < args.due and time.perf_counter() - t < args.timeout:
+            scheduler.tick()
+            count = broker.count()
+        elapsed = time.perf_counter() - t
+    if phases is not None and spent is not None:
+        phases.extend(rows(*spent, args.due, elapsed))
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(profile)
@@ -273,6 +288,7 @@ def bench(backend: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     broker = Broker(kind, BROKERS[kind])
     broker.empty()
     figures: dict[str, list[float]] = {"sql": [], "broker": [], "dispatch": [], "kombu": []}
+    phases: list[list[str]] = []
     size = 0
     with scratch_database(backend, args.pg_admin) as scratch:
         store = Store(scratch.url)
@@ -296,7 +312,12 @@ def bench(backend: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
             for which, scheduler in schedulers.items():
                 last = round_ == args.rounds - 1 and which == "dispatch"
                 elapsed, messages = dispatch_once(
-                    store, scheduler, broker, args, args.profile if last else None
+                    store,
+                    scheduler,
+                    broker,
+                    args,
+                    args.profile if last else None,
+                    phases if last and args.phases else None,
                 )
                 figures[which].append(elapsed)
                 if which == "dispatch":
@@ -310,6 +331,7 @@ def bench(backend: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {k: statistics.median(v) for k, v in figures.items()}
     out["size"] = size
     out["all"] = figures
+    out["phases"] = phases
     return out
 
 
@@ -325,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--profile", metavar="FILE", help="cProfile the last dispatch")
+    parser.add_argument(
+        "--phases", action="store_true", help="print where the last dispatch spent its time"
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, HERE)
     import celery
@@ -338,9 +363,12 @@ def main(argv: list[str] | None = None) -> int:
         f"median of {args.rounds} rounds\n"
     )
     rows = []
+    phase_tables = []
     for kind in [k.strip() for k in args.broker.split(",") if k.strip()]:
         for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
             r = bench(backend, kind, args)
+            if r["phases"]:
+                phase_tables.append((f"{backend}/{kind}", r["phases"]))
             print(f"  {backend}/{kind}: {r['all']}", file=sys.stderr, flush=True)
             floor = r["sql"] + r["broker"]
             rows.append(
@@ -370,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
         "ratio",
     )
     print(table(headers, rows))
+    for name, phases in phase_tables:
+        print(f"\nWhere the last dispatch's time went, {name} ({args.due:,} fires):\n")
+        print(table(("phase", "ms", "µs per fire", "calls"), phases))
     return 0
 
 

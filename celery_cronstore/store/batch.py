@@ -203,7 +203,8 @@ def write_rows(conn: sa.Connection, batch: Batch) -> None:
             version=_PT.version + 1,
         )
     )
-    result = conn.execute(stmt, params)
+    with bulk.joined_by_key(conn):
+        result = conn.execute(stmt, params)
     if result.rowcount not in (-1, len(updates)):
         # Another writer changed a row we hold: give the whole batch back.
         raise Conflict("a due row changed while it was being claimed")
