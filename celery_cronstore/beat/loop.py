@@ -9,9 +9,10 @@ row is locked by someone else. :class:`Backoff` is the wait after a failure.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
 from celery_cronstore import faults
@@ -257,22 +258,25 @@ class Loop:
         began = time.monotonic()
         if began < self._claim_after:  # the other beats write back their sends first
             return min(self._claim_after - began, held.wait())
-        # The fires due now are published at once: their claim records them ``sending``.
-        result = claimer.claim_due(ahead, sending=True)
-        sender.report(result.errors)
-        sender.revoke(result.revoke)
-        self._buffered = result.buffered > 0 or (result.conflict and self._buffered)
-        if self.metrics is not None:
-            self.metrics.claimed(result)
-        faults.hit("after_claim")
-        stall.waiting_on = PUBLISHING
-        if held.ahead:
-            held.hold(result.claims, looked_at, looked)  # their messages rendered too
-            held.timed_claim(result.rows, time.monotonic() - began)
-            sent = held.publish_due()
-        else:
-            held.timed_claim(result.rows, time.monotonic() - began)
-            sent = not result.claims or sender.publish(result.claims)
+        # The fires due now go as soon as their claim commits, which records them
+        # ``sending``: from the claim to their send, a SIGTERM waits (``StopSignal``) and
+        # the send hands back what it did not send, instead of leaving them unsent.
+        with self._stop_after():
+            result = claimer.claim_due(ahead, sending=True)
+            sender.report(result.errors)
+            sender.revoke(result.revoke)
+            self._buffered = result.buffered > 0 or (result.conflict and self._buffered)
+            if self.metrics is not None:
+                self.metrics.claimed(result)
+            faults.hit("after_claim")
+            stall.waiting_on = PUBLISHING
+            if held.ahead:
+                held.hold(result.claims, looked_at, looked)  # their messages rendered too
+                held.timed_claim(result.rows, time.monotonic() - began)
+                sent = held.publish_due()
+            else:
+                held.timed_claim(result.rows, time.monotonic() - began)
+                sent = not result.claims or sender.publish(result.claims)
         if not sent:
             self._progress(now)
             stall.due_now(time.monotonic())
@@ -288,6 +292,19 @@ class Loop:
         self._progress(now)
         self._locked_out = min(LOCKED_BACKOFF[1], max(LOCKED_BACKOFF[0], self._locked_out * 2))
         return self._locked_out
+
+    @contextlib.contextmanager
+    def _stop_after(self) -> Iterator[None]:
+        """A claim and the send of its due fires, as one send for SIGTERM and SIGINT
+        (``StopSignal.sending``); a stop asked for during a claim that failed stops beat
+        then, rather than at the next send."""
+        stop = self.sender.stop
+        try:
+            with stop.sending():
+                yield
+        except Exception:
+            stop.check()
+            raise
 
     def _restore_if_needed(self) -> None:
         """Once new connections reached another server (only a failover or a restart can

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,55 @@ def test_a_disable_committed_after_the_claim_stops_a_fire_its_claim_recorded_sen
         "dropped",
         DISABLED_WAITING,
     )
+    scheduler.close()
+
+
+def test_a_sigterm_during_a_claim_hands_its_fires_back_never_leaves_them_sending(
+    app: Celery, store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim records its due plain fires ``sending``: a SIGTERM that lands during the
+    claim waits for it, the send then hands the fires back (``claimed``, their lease run
+    out, for the next beat to send at once) and beat stops. Before, it stopped beat at
+    once, which would leave them ``sending``: never sent by anyone."""
+    for name in ("x.a", "x.b"):
+        store.add(name, task=name, timer="*:*:0/10")
+    scheduler = make(app, store)
+    scheduler.tick()
+    stop = loop_of(scheduler).sender.stop
+    real = Claimer.claim_due
+
+    def signalled(self: Claimer, *args: Any, **kw: Any) -> Any:
+        result = real(self, *args, **kw)
+        stop._handle(signal.SIGTERM, None)  # what the signal calls, as the claim commits
+        return result
+
+    monkeypatch.setattr(Claimer, "claim_due", signalled)
+    clock.set(T0 + timedelta(seconds=10))
+    with pytest.raises(SystemExit):
+        scheduler.tick()
+    scheduler.close()
+    assert sent(app) == []
+    assert {store.history(n)[0].state for n in ("x.a", "x.b")} == {"claimed"}
+    taken = Claimer(store, "next", lease=5).reclaim_expired()
+    assert sorted(c.name for c in taken) == ["x.a", "x.b"]
+
+
+def test_a_sigterm_during_a_claim_that_fails_stops_beat_then(
+    app: Celery, store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.add("x.a", task="x.a", timer="*:*:0/10")
+    scheduler = make(app, store)
+    scheduler.tick()
+    stop = loop_of(scheduler).sender.stop
+
+    def signalled_then_lost(self: Claimer, *args: Any, **kw: Any) -> Any:
+        stop._handle(signal.SIGTERM, None)
+        raise StoreUnavailableError("sqlite:///cronstore.sqlite", "the database went away")
+
+    monkeypatch.setattr(Claimer, "claim_due", signalled_then_lost)
+    clock.set(T0 + timedelta(seconds=10))
+    with pytest.raises(SystemExit):
+        scheduler.tick()
     scheduler.close()
 
 
