@@ -263,12 +263,16 @@ class Loop:
         # the send hands back what it did not send, instead of leaving them unsent.
         with self._stop_after():
             result = claimer.claim_due(ahead, sending=True)
-            sender.report(result.errors)
-            sender.revoke(result.revoke)
-            self._buffered = result.buffered > 0 or (result.conflict and self._buffered)
-            if self.metrics is not None:
-                self.metrics.claimed(result)
-            faults.hit("after_claim")
+            try:
+                sender.report(result.errors)
+                sender.revoke(result.revoke)
+                self._buffered = result.buffered > 0 or (result.conflict and self._buffered)
+                if self.metrics is not None:
+                    self.metrics.claimed(result)
+                faults.hit("after_claim")
+            except BaseException:  # none of them went: back to ``claimed``, for a take-over
+                sender.put_back(result.claims)
+                raise
             stall.waiting_on = PUBLISHING
             if held.ahead:
                 held.hold(result.claims, looked_at, looked)  # their messages rendered too

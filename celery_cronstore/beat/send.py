@@ -177,7 +177,7 @@ class Sender:
             if pending is None:  # failed before any chunk went out: it all waits
                 gone = {c.task_id for c, _ in failed} | {c.task_id for c in sent}
                 pending = [c for c in claims[done:] if c.task_id not in gone]
-            self._pending = self._put_back(pending)
+            self._pending = self.put_back(pending)
             if isinstance(exc, DATABASE_ERRORS):
                 # The ledger is away: the loop backs off; what went is marked later.
                 self._record(sent, failed, mark)
@@ -268,11 +268,12 @@ class Sender:
             refused.update(c.task_id for c in once if c.task_id not in going)
         return [c for c in chunk if c.task_id not in refused] if refused else chunk
 
-    def _put_back(self, claims: list[Claim]) -> list[Claim]:
-        """Return ``claims``, which did not go and wait for another attempt, with those
-        their claim recorded ``sending`` put back to ``claimed``: the next attempt writes
-        ``sending`` again, after the re-check of fires that waited. If the database is
-        away they stay ``sending`` (this beat's, same attempt), which that write accepts."""
+    def put_back(self, claims: list[Claim]) -> list[Claim]:
+        """Return ``claims``, none of which went, with those their claim recorded
+        ``sending`` put back to ``claimed`` (under their lease): the next attempt, or the
+        beat that takes them over, writes ``sending`` again after its re-check. If the
+        database is away they stay ``sending`` (this beat's, same attempt), which this
+        beat's next ``sending`` write accepts."""
         marked = [c for c in claims if c.sending]
         if not marked:
             return claims

@@ -18,6 +18,7 @@ from celery_cronstore.beat.dispatch import Dispatcher
 from celery_cronstore.beat.loop import FAST_RETRY, Loop
 from celery_cronstore.beat.outcome import Refused
 from celery_cronstore.beat.scheduler import Scheduler
+from celery_cronstore.beat.send import Sender
 from celery_cronstore.errors import StoreUnavailableError
 from celery_cronstore.store import Claimer, Store
 from celery_cronstore.store.marks import ANSWER_LOST, DISABLED_WAITING
@@ -212,6 +213,26 @@ def test_a_sigterm_during_a_claim_hands_its_fires_back_never_leaves_them_sending
     assert {store.history(n)[0].state for n in ("x.a", "x.b")} == {"claimed"}
     taken = Claimer(store, "next", lease=5).reclaim_expired()
     assert sorted(c.name for c in taken) == ["x.a", "x.b"]
+
+
+def test_an_error_between_the_claim_and_the_send_leaves_the_fires_claimed(
+    app: Celery, store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing of the batch went: its fires go back from ``sending`` to ``claimed``, so the
+    beat that takes the lease over sends them (they are not recorded as maybe sent)."""
+    store.add("x.a", task="x.a", timer="*:*:0/10")
+    scheduler = make(app, store)
+    scheduler.tick()
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug between the claim and the send")
+
+    monkeypatch.setattr(Sender, "report", broken)
+    clock.set(T0 + timedelta(seconds=10))
+    with pytest.raises(RuntimeError):
+        loop_of(scheduler).tick()
+    assert store.history("x.a")[0].state == "claimed"
+    scheduler.close()
 
 
 def test_a_sigterm_during_a_claim_that_fails_stops_beat_then(
