@@ -606,3 +606,45 @@ def test_runs_left() -> None:
     assert policy.runs_left(make_task()) is None
     assert policy.runs_left(make_task(max_runs=4, total_run_count=1)) == 3
     assert policy.runs_left(make_task(max_runs=4, total_run_count=9)) == 0
+
+
+# -- sending: a claim whose fires go at once ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "now", "running", "expected"),
+    [
+        # Claimed and sent at once: written ``sending``, the claim says so.
+        ({}, at(1), never_called, [("sending", T0)]),
+        # run_all: every picked fire; the missed ones stay ``missed``.
+        (
+            {"misfire_policy": "run_all", "misfire_limit": 2},
+            minutes(3),
+            never_called,
+            [("missed", T0), ("sending", minutes(2)), ("sending", minutes(3))],
+        ),
+        # A fire refused stays what it is: expired, skipped, buffered.
+        ({"start_deadline": 0.25}, at(20), never_called, [("expired", T0)]),
+        ({"overlap_policy": "skip"}, at(1), lambda: (T0 - MINUTE, "started"), [("skipped", T0)]),
+        (
+            {"overlap_policy": "buffer_one"},
+            at(1),
+            lambda: (T0 - MINUTE, "started"),
+            [("buffered", T0)],
+        ),
+    ],
+)
+def test_a_plan_for_fires_sent_at_once_writes_them_sending(
+    changes: dict[str, Any],
+    now: datetime,
+    running: Callable[[], Running | None],
+    expected: list[tuple[str, datetime]],
+) -> None:
+    task = make_task(**changes)
+    sent = plan(task, EVERY_MINUTE, now, running, node=NODE, lease=LEASE, grace=GRACE, sending=True)
+    assert states(sent) == expected
+    assert [c.sending for c in sent.claims] == [True] * sum(s == "sending" for s, _ in expected)
+    # The same plan without ``sending``: the same fires, ``claimed``.
+    held = plan(task, EVERY_MINUTE, now, running, node=NODE, lease=LEASE, grace=GRACE)
+    assert states(held) == [("claimed" if s == "sending" else s, t) for s, t in expected]
+    assert [dataclasses.replace(c, sending=False) for c in sent.claims] == held.claims
