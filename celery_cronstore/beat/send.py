@@ -165,10 +165,13 @@ class Sender:
                     outcome = settle(handed, failing, rest, exc, buffered=dispatcher.buffered)
                     sent.extend(outcome.went)
                     again = [c for c in outcome.unsure if not self._once(c)]
-                    unsent = [replace(c, sending=False) for c in outcome.unsent]
-                    pending = [*unsent, *again, *claims[start + PUBLISH_CHUNK :]]
+                    pending = [*outcome.unsent, *again, *claims[start + PUBLISH_CHUNK :]]
                     self._lost_answer([c for c in outcome.unsure if self._once(c)])
-                    self.claimer.release([c for c in outcome.unsent if self._once(c)])
+                    # Moved to ``sending`` for this chunk: back. Those their claim moved
+                    # are put back with the rest that waits (:meth:`put_back`).
+                    self.claimer.release(
+                        [c for c in outcome.unsent if self._once(c) and not c.sending]
+                    )
                     raise
                 sent.extend(handed)
             done = len(claims)

@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from celery_cronstore.store.db import planner_off
 from celery_cronstore.store.engine import driver_error
 
 __all__ = ["among", "columns", "insert", "joined_by_key", "set_based", "unnest"]
@@ -54,16 +55,8 @@ def joined_by_key(conn: sa.Connection) -> Iterator[None]:
     11,000 stored tasks (``auto_explain``), growing with the table. Only these statements:
     the transaction's other plans are left alone.
     """
-    if not set_based(conn):
+    with planner_off(conn, "hashjoin", "mergejoin"):
         yield
-        return
-    conn.exec_driver_sql("SET LOCAL enable_hashjoin = off")
-    conn.exec_driver_sql("SET LOCAL enable_mergejoin = off")
-    try:
-        yield
-    finally:
-        conn.exec_driver_sql("SET LOCAL enable_hashjoin TO DEFAULT")
-        conn.exec_driver_sql("SET LOCAL enable_mergejoin TO DEFAULT")
 
 
 def unnest(columns: Mapping[str, sa.types.TypeEngine[Any]], name: str = "v") -> Any:

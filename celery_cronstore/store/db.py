@@ -17,7 +17,7 @@ from sqlalchemy.pool import StaticPool
 from celery_cronstore.store.engine import Clock, db_now, probe
 from celery_cronstore.store.sqlite import WRITE_OPTION
 
-__all__ = ["Database"]
+__all__ = ["Database", "planner_off"]
 
 
 class Database:
@@ -77,14 +77,8 @@ class Database:
         and the read stops at the batch. Only these statements: other plans of the
         transaction are left alone.
         """
-        if self.dialect.name != "postgresql":
+        with planner_off(conn, "sort"):
             yield
-            return
-        conn.exec_driver_sql("SET LOCAL enable_sort = off")
-        try:
-            yield
-        finally:
-            conn.exec_driver_sql("SET LOCAL enable_sort TO DEFAULT")
 
     def locked(
         self,
@@ -105,3 +99,20 @@ class Database:
         if skip_locked and self.dialect.skip_locked:
             return query.with_for_update(skip_locked=True, of=of)
         return query.with_for_update(read=read, of=of)
+
+
+@contextmanager
+def planner_off(conn: sa.Connection, *methods: str) -> Iterator[None]:
+    """Run the statements inside with the planner's ``methods`` off on PostgreSQL
+    (``SET LOCAL enable_<method> = off``, back to the default after them); elsewhere as
+    they are. For the few statements whose plan must not follow stale statistics."""
+    if conn.dialect.name != "postgresql":
+        yield
+        return
+    for method in methods:
+        conn.exec_driver_sql(f"SET LOCAL enable_{method} = off")
+    try:
+        yield
+    finally:
+        for method in methods:
+            conn.exec_driver_sql(f"SET LOCAL enable_{method} TO DEFAULT")
