@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from whole_messages import URL as WHOLE_FILES
 
 from celery_cronstore.records import Fire
 from celery_cronstore.store import Claim, Claimer, Store
@@ -250,6 +251,7 @@ def make_worker(
     sender = Celery("pool-sender", set_as_current=False)
     sender.conf.update(broker_url=sender_broker or broker, task_default_queue=queue)
     if broker == "filesystem://":
+        sender.conf.broker_url = WHOLE_FILES  # whole messages only: see whole_messages.py
         sender.conf.broker_transport_options = {
             "data_folder_in": str(tmp / "broker"),
             "data_folder_out": str(tmp / "broker"),

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from celery import Celery
+from whole_messages import URL as WHOLE_FILES
 
 from celery_cronstore.records import Fire
 from celery_cronstore.store import Claim, Claimer, Store
@@ -215,7 +216,7 @@ def worker(
             conn.exec_driver_sql(f"DELETE FROM {table}")
     app = Celery("crontask-sender", set_as_current=False)
     app.conf.update(
-        broker_url="filesystem://",
+        broker_url=WHOLE_FILES,  # whole messages only: see whole_messages.py
         broker_transport_options={
             "data_folder_in": str(tmp / "broker"),
             "data_folder_out": str(tmp / "broker"),

@@ -22,6 +22,7 @@ import pytest
 import sqlalchemy as sa
 from celery import Celery
 from timeline import at
+from whole_messages import URL as WHOLE_FILES
 
 from celery_cronstore.store import Claim, Claimer, Store
 from celery_cronstore.store.failures import DETAIL_MAX, clip
@@ -240,7 +241,7 @@ def test_a_real_worker_records_the_traceback_of_both_kinds_of_task(tmp_path: Pat
     store.upgrade()
     sender = Celery("fd-sender", set_as_current=False)
     sender.conf.update(
-        broker_url="filesystem://",
+        broker_url=WHOLE_FILES,  # whole messages only: see whole_messages.py
         broker_transport_options={
             "data_folder_in": str(tmp_path / "broker"),
             "data_folder_out": str(tmp_path / "broker"),
