@@ -266,8 +266,10 @@ class Config:
     alert_interval: float = field(
         default=10.0,
         metadata={
-            "help": "Alerts: seconds between two looks at every task's fires (on a thread of"
-            " beat's own: one read of all tasks), and between Sentry check-ins. ``0``: beat"
+            "help": "Alerts: seconds between two looks at the tasks' fires (on a thread of"
+            " beat's own: one read of the tasks with an open episode, a bad end or a switch;"
+            " of every enabled task when ``cronstore_alert_after`` is set), and between"
+            " Sentry check-ins. ``0``: beat"
             " neither evaluates nor delivers alerts."
         },
     )

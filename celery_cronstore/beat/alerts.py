@@ -42,6 +42,7 @@ from celery_cronstore.policy.alerts import (
     Episode,
     by_kind,
     evaluate,
+    every_task_watched,
     retry_delay,
 )
 from celery_cronstore.store import alerts as store_alerts
@@ -150,7 +151,7 @@ class AlertRunner:
     def evaluate(self, done: AlertPass | None = None) -> AlertPass:
         """Open, update and resolve the episodes the tasks' fires call for."""
         done = done if done is not None else AlertPass()
-        facts = store_alerts.task_facts(self.db)
+        facts = store_alerts.task_facts(self.db, every_enabled=every_task_watched(self.settings))
         open_now = by_kind(store_alerts.open_episodes(self.db))
         now = self.db.now()
         deliver = bool(self.webhook)

@@ -56,6 +56,7 @@ __all__ = [
     "by_kind",
     "check_alert_settings",
     "evaluate",
+    "every_task_watched",
     "parse_alert_after",
     "retry_delay",
 ]
@@ -269,6 +270,13 @@ def evaluate(
         count, reason = silent if silent is not None else (0, None)
         changes += _track(episode, SILENT, count, reason)
     return changes
+
+
+def every_task_watched(settings: AlertSettings) -> bool:
+    """Whether every enabled task must be judged on each pass: a default dead man's switch
+    is set. Otherwise :func:`evaluate` returns nothing for an enabled task without an open
+    episode, a bad end or an ``alert_after`` of its own, and the store need not read it."""
+    return bool(settings.after)
 
 
 def _track(episode: Episode | None, kind: str, count: int, reason: str | None) -> list[Change]:

@@ -3,11 +3,16 @@ episodes, and their delivery state (what beat owes a webhook, and since when).
 
 The rules are :mod:`celery_cronstore.policy.alerts`'; this module reads and writes.
 
-- **Facts, set-based.** :func:`task_facts` reads every enabled task (and every task with
-  an open episode) in one statement. Per task it costs an index seek for the newest
-  success and a range of the ``(periodic_task_id, state, fire_time)`` index holding its
-  bad ends after that success: nothing for a healthy task, the run itself for a failing
-  one. The newest bad end's reason is then read for the failing tasks alone.
+- **Facts, set-based, of the tasks that can have something to say.** :func:`task_facts`
+  reads in one statement every task with an open episode and every enabled task that has
+  a bad end in the ledger or a dead man's switch (its own ``alert_after``; every enabled
+  task when ``cronstore_alert_after`` sets one for all). The others, healthy and
+  unwatched, cannot open an episode (:func:`celery_cronstore.policy.alerts.evaluate`
+  returns nothing for them), and with a million of them reading each one every pass held
+  beat's process for seconds (benchmarks/scaleout.py's sustain run). Per task read it
+  costs an index seek for the newest success and a range of the ``(periodic_task_id,
+  state, fire_time)`` index holding its bad ends after that success. The newest bad
+  end's reason is then read for the failing tasks alone.
 - **Once, whoever opens it.** An open episode holds ``open_key = "<task id>:<kind>"``,
   unique in the table: a second beat opening the same episode inserts nothing. Resolving
   clears the key (the next episode of that kind may open) in an ``UPDATE`` that only the
@@ -92,8 +97,10 @@ def _newest_success() -> sa.ScalarSelect[Any]:
     return query.correlate(periodic_task).scalar_subquery()
 
 
-def task_facts(db: Database) -> list[TaskFacts]:
-    """Return the facts of every enabled task and every task with an open episode."""
+def task_facts(db: Database, *, every_enabled: bool = True) -> list[TaskFacts]:
+    """Return the facts of every task with an open episode and of the enabled tasks
+    that can open one: those with a bad end in the ledger or their own ``alert_after``,
+    or every enabled task if ``every_enabled`` (a default dead man's switch is set)."""
     success = sa.type_coerce(_newest_success(), UTCDateTime())
     bad_run = (
         sa.select(sa.func.coalesce(sa.func.sum(_F.fire_count), 0))
@@ -106,6 +113,11 @@ def task_facts(db: Database) -> list[TaskFacts]:
         .scalar_subquery()
     )
     with_open = sa.select(_A.periodic_task_id).where(_A.open_key.is_not(None))
+    judged = _PT.enabled == sa.true()
+    if not every_enabled:
+        with_bad = sa.select(_F.periodic_task_id).where(_F.state.in_(BAD_ENDS))
+        watched = sa.or_(_PT.alert_after.is_not(None), _PT.id.in_(with_bad))
+        judged = sa.and_(judged, watched)
     query = sa.select(
         _PT.id,
         _PT.name,
@@ -117,17 +129,18 @@ def task_facts(db: Database) -> list[TaskFacts]:
         _PT.updated_at,
         success.label("last_success"),
         bad_run.label("bad_run"),
-    ).where(sa.or_(_PT.enabled == sa.true(), _PT.id.in_(with_open)))
+    ).where(sa.or_(judged, _PT.id.in_(with_open)))
     with db.engine.connect() as conn:
         rows = conn.execute(query).all()
         failing = [r.id for r in rows if r.bad_run]
         newest = _newest_bad(conn, failing) if failing else {}
+    timers: dict[tuple[str, str, str], Timer | None] = {}  # tasks share timers: parse once
     return [
         TaskFacts(
             id=r.id,
             name=r.name,
             enabled=bool(r.enabled),
-            timer=_timer(r.timer, r.timer_kind, r.tz),
+            timer=_timer(timers, r.timer, r.timer_kind, r.tz),
             alert_after=r.alert_after,
             changed_at=r.updated_at,
             last_success=r.last_success,
@@ -138,11 +151,16 @@ def task_facts(db: Database) -> list[TaskFacts]:
     ]
 
 
-def _timer(expression: str, kind: str, tz: str) -> Timer | None:
-    try:
-        return parse_timer(expression, kind=kind, tz=tz)
-    except (CronstoreError, ValueError):  # a row in error: beat reports it elsewhere
-        return None
+def _timer(
+    parsed: dict[tuple[str, str, str], Timer | None], expression: str, kind: str, tz: str
+) -> Timer | None:
+    key = (expression, kind, tz)
+    if key not in parsed:
+        try:
+            parsed[key] = parse_timer(expression, kind=kind, tz=tz)
+        except (CronstoreError, ValueError):  # a row in error: beat reports it elsewhere
+            parsed[key] = None
+    return parsed[key]
 
 
 def _newest_bad(conn: sa.Connection, task_ids: Sequence[int]) -> dict[int, BadEnd]:

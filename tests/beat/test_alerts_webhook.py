@@ -26,7 +26,7 @@ from timeline import T0
 from celery_cronstore.beat.alerts import AlertRunner
 from celery_cronstore.beat.scheduler import Scheduler
 from celery_cronstore.config import Config
-from celery_cronstore.policy.alerts import Episode
+from celery_cronstore.policy.alerts import Episode, by_kind, evaluate
 from celery_cronstore.store import Store, runs
 from celery_cronstore.store import alerts as store_alerts
 from celery_cronstore.store.retention import Pruner
@@ -346,3 +346,53 @@ def test_resolved_episodes_go_with_the_ledger_s_retention(
     Pruner(store.db).run(timedelta(days=30))
     (left,) = store_alerts.episodes(store.db)
     assert (left.name, left.is_open) == ("broken", True)
+
+
+def test_a_pass_reads_only_the_tasks_that_can_have_something_to_say(
+    ledger: Ledger, sqlite_store: Store, clock: FrozenClock, hook: Receiver
+) -> None:
+    """Healthy tasks without a switch are not read (a million of them held beat for
+    seconds each pass); what the rules decide is what a read of every task decides."""
+    store = sqlite_store
+    store.add("steady", task="x.do", timer="every 1m")  # healthy, unwatched: not read
+    store.add("flaky", task="x.do", timer="every 1m")  # bad ends: read
+    store.add("watched", task="x.do", timer="every 1m", alert_after="2 periods")  # own switch
+    store.add("gone", task="x.do", timer="every 1m")  # an open episode, then disabled
+    fail_three_times(ledger, "steady", "flaky", "gone")
+    ledger.end("steady", "succeeded", T0 + 4 * MINUTE)
+    alerts = runner(store, hook.url)
+    alerts.run_once()
+    opened = sorted((e.name, e.kind) for e in store_alerts.episodes(store.db))
+    assert opened == [("flaky", "failing"), ("gone", "failing"), ("watched", "silent")]
+    store.update("gone", enabled=False)
+    clock.set(T0 + 8 * MINUTE)
+
+    def names(facts: list[Any]) -> list[str]:
+        return sorted(f.name for f in facts)
+
+    some = store_alerts.task_facts(store.db, every_enabled=False)
+    every = store_alerts.task_facts(store.db)
+    assert names(some) == ["flaky", "gone", "steady", "watched"]  # steady: bad ends in the ledger
+    assert names(every) == ["flaky", "gone", "steady", "watched"]
+    store.add("quiet", task="x.do", timer="every 1m")  # never fired: nothing to say
+    assert "quiet" not in names(store_alerts.task_facts(store.db, every_enabled=False))
+    assert "quiet" in names(store_alerts.task_facts(store.db))  # a default switch reads it
+    settings = alerts.settings
+    episodes = by_kind(store_alerts.open_episodes(store.db))
+    now = store.db.now()
+
+    def decided(facts: list[Any]) -> dict[str, Any]:
+        changes = {f.name: evaluate(f, episodes.get(f.id, {}), settings, now) for f in facts}
+        return {name: found for name, found in changes.items() if found}
+
+    assert decided(store_alerts.task_facts(store.db, every_enabled=False)) == decided(
+        store_alerts.task_facts(store.db)
+    )
+    assert alerts.run_once().resolved == 1  # gone, disabled; watched: silent now
+    assert sorted(
+        (e.name, e.kind, e.resolved_at is None) for e in store_alerts.episodes(store.db)
+    ) == [
+        ("flaky", "failing", True),
+        ("gone", "failing", False),
+        ("watched", "silent", True),
+    ]
