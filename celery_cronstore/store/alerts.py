@@ -134,13 +134,12 @@ def task_facts(db: Database, *, every_enabled: bool = True) -> list[TaskFacts]:
         rows = conn.execute(query).all()
         failing = [r.id for r in rows if r.bad_run]
         newest = _newest_bad(conn, failing) if failing else {}
-    timers: dict[tuple[str, str, str], Timer | None] = {}  # tasks share timers: parse once
     return [
         TaskFacts(
             id=r.id,
             name=r.name,
             enabled=bool(r.enabled),
-            timer=_timer(timers, r.timer, r.timer_kind, r.tz),
+            timer=_timer(r.timer, r.timer_kind, r.tz),
             alert_after=r.alert_after,
             changed_at=r.updated_at,
             last_success=r.last_success,
@@ -151,16 +150,11 @@ def task_facts(db: Database, *, every_enabled: bool = True) -> list[TaskFacts]:
     ]
 
 
-def _timer(
-    parsed: dict[tuple[str, str, str], Timer | None], expression: str, kind: str, tz: str
-) -> Timer | None:
-    key = (expression, kind, tz)
-    if key not in parsed:
-        try:
-            parsed[key] = parse_timer(expression, kind=kind, tz=tz)
-        except (CronstoreError, ValueError):  # a row in error: beat reports it elsewhere
-            parsed[key] = None
-    return parsed[key]
+def _timer(expression: str, kind: str, tz: str) -> Timer | None:
+    try:
+        return parse_timer(expression, kind=kind, tz=tz)
+    except (CronstoreError, ValueError):  # a row in error: beat reports it elsewhere
+        return None
 
 
 def _newest_bad(conn: sa.Connection, task_ids: Sequence[int]) -> dict[int, BadEnd]:

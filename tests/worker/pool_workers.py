@@ -249,9 +249,10 @@ def make_worker(
     store.upgrade()
     queue = f"ctp-{os.getpid()}-{tmp.name}"
     sender = Celery("pool-sender", set_as_current=False)
-    sender.conf.update(broker_url=sender_broker or broker, task_default_queue=queue)
+    # On the filesystem broker the sender writes whole messages only: see whole_messages.py.
+    sending = WHOLE_FILES if broker == "filesystem://" else broker
+    sender.conf.update(broker_url=sender_broker or sending, task_default_queue=queue)
     if broker == "filesystem://":
-        sender.conf.broker_url = WHOLE_FILES  # whole messages only: see whole_messages.py
         sender.conf.broker_transport_options = {
             "data_folder_in": str(tmp / "broker"),
             "data_folder_out": str(tmp / "broker"),
